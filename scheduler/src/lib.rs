@@ -1,0 +1,13 @@
+//! phalanx: a gang scheduler for Kubernetes that runs as several active replicas.
+//!
+//! The crate is laid out as the architecture is:
+//! - [`model`]: exact resource arithmetic and the objects the scheduler reasons about;
+//! - [`manifest`]: Kubernetes / Volcano YAML and `volcano-scheduler.conf` into the model;
+//! - [`framework`]: one cycle's [`framework::Session`], the [`framework::Statement`] that
+//!   makes gangs all-or-nothing, plugin hooks and tiers;
+//! - [`plugins`] and [`actions`]: Volcano-compatible scheduling policy;
+//! - [`cluster`]: the [`cluster::Cluster`] seam, with the embedded simulator behind it;
+//! - [`simulate`]: the `phalanx simulate` driver (scenarios, the demo, synthetic runs).
+
+pub mod model;
+pub mod framework;

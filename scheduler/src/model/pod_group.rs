@@ -1,0 +1,91 @@
+//! Volcano's PodGroup (`scheduling.volcano.sh/v1beta1`): the gang.
+
+use std::collections::BTreeMap;
+
+use super::resources::Resources;
+use super::{ObjectKey, TimeMs};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodGroup {
+    pub key: ObjectKey,
+    /// Pods that must be placed together (`spec.minMember`, at least 1 after validation).
+    pub min_member: u32,
+    /// Per task (role) minimums (`spec.minTaskMember`).
+    pub min_task_member: BTreeMap<String, u32>,
+    /// Resources the gang needs to start (`spec.minResources`); used by enqueue.
+    pub min_resources: Option<Resources>,
+    pub queue: String,
+    pub priority_class_name: Option<String>,
+    pub annotations: BTreeMap<String, String>,
+    pub creation_index: u64,
+    pub status: PodGroupStatus,
+}
+
+impl PodGroup {
+    pub fn new(key: ObjectKey, min_member: u32) -> Self {
+        Self {
+            key,
+            min_member,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            queue: super::DEFAULT_QUEUE.to_string(),
+            priority_class_name: None,
+            annotations: BTreeMap::new(),
+            creation_index: 0,
+            status: PodGroupStatus::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodGroupStatus {
+    pub phase: PodGroupPhase,
+    pub running: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+    pub conditions: Vec<PodGroupCondition>,
+}
+
+/// Volcano's PodGroup phases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PodGroupPhase {
+    #[default]
+    Pending,
+    Inqueue,
+    Running,
+    Completed,
+    Unknown,
+}
+
+impl PodGroupPhase {
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "Pending" => Self::Pending,
+            "Inqueue" => Self::Inqueue,
+            "Running" => Self::Running,
+            "Completed" => Self::Completed,
+            "Unknown" => Self::Unknown,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Inqueue => "Inqueue",
+            Self::Running => "Running",
+            Self::Completed => "Completed",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodGroupCondition {
+    /// `Scheduled` or `Unschedulable`.
+    pub kind: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+    pub transition_time_ms: TimeMs,
+}
