@@ -11,3 +11,8 @@
 
 pub mod model;
 pub mod framework;
+pub mod actions;
+pub mod cluster;
+pub mod invariants;
+pub mod plugins;
+pub mod simulate;

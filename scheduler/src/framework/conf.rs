@@ -96,3 +96,37 @@ pub type Arguments = BTreeMap<String, String>;
 pub fn argument<T: std::str::FromStr>(args: &Arguments, key: &str, default: T) -> T {
     args.get(key).and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
+
+impl SchedulerConf {
+    /// A configuration from action names and tiers of plugin names, every hook enabled and
+    /// no arguments. For tests, benchmarks and built-in demos.
+    pub fn from_names(actions: &[&str], tiers: &[&[&str]]) -> Self {
+        SchedulerConf {
+            actions: actions.iter().map(|a| a.to_string()).collect(),
+            tiers: tiers
+                .iter()
+                .map(|names| Tier {
+                    plugins: names
+                        .iter()
+                        .map(|n| PluginOption {
+                            name: n.to_string(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                })
+                .collect(),
+            action_arguments: BTreeMap::new(),
+        }
+    }
+
+    /// [`DEFAULT_CONF`] as a value (a test checks that the two agree).
+    pub fn volcano_default() -> Self {
+        Self::from_names(
+            &["enqueue", "allocate", "backfill"],
+            &[
+                &["priority", "gang", "conformance"],
+                &["overcommit", "drf", "predicates", "proportion", "nodeorder"],
+            ],
+        )
+    }
+}

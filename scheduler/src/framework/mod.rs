@@ -1,1 +1,24 @@
+//! The scheduling framework: one cycle's [`Session`], the [`Statement`] that makes gangs
+//! all-or-nothing, the [`Plugin`] trait and how tiers of plugins combine ([`PluginSet`]),
+//! and the cycle itself ([`run_cycle`]): open a session, run the configured actions, close
+//! it into a [`CyclePlan`]. Everything here is a plain function of its inputs; no IO.
+
 pub mod conf;
+pub mod cycle;
+pub mod fit;
+pub mod node_picker;
+pub mod ordered_queue;
+pub mod plan;
+pub mod plugin;
+pub mod plugin_set;
+pub mod session;
+pub mod statement;
+
+pub use conf::SchedulerConf;
+pub use cycle::run_cycle;
+pub use fit::{FitErrors, Unfit};
+pub use plan::{CyclePlan, Event, GangPlacement, Placement};
+pub use plugin::{Invalid, Plugin, Vote};
+pub use plugin_set::PluginSet;
+pub use session::{JobId, NodeId, QueueId, Session, SessionState, TaskId, TaskStatus};
+pub use statement::Statement;

@@ -1,0 +1,72 @@
+//! `enqueue`: admits Pending gangs (phase Pending → Inqueue) when the plugins agree that
+//! their `minResources` can be met (overcommit: the cluster; proportion: the queue's
+//! capability). Only admitted gangs are placed by `allocate`, so a gang that can never fit
+//! does not hold anything. Queues take turns in queue order, one gang at a time.
+
+use crate::actions::job_blocker;
+use crate::framework::ordered_queue::OrderedQueue;
+use crate::framework::{JobId, QueueId, Session};
+use crate::model::PodGroupPhase;
+
+pub fn run(session: &mut Session) {
+    let mut per_queue: Vec<OrderedQueue<JobId>> =
+        (0..session.state.queues.len()).map(|_| OrderedQueue::new()).collect();
+    for job in 0..session.state.jobs.len() {
+        let j = &session.state.jobs[job];
+        if !j.is_pending_phase() {
+            continue;
+        }
+        if let Some(reason) = job_blocker(session, job) {
+            session.state.jobs[job].blocked_reason = Some(reason);
+            continue;
+        }
+        let queue = j.queue.expect("job_blocker rejects jobs without a queue");
+        if !session.state.queues[queue].is_open() {
+            session.state.jobs[job].blocked_reason = Some(format!(
+                "queue {} is {:?} and admits no new PodGroups",
+                session.state.queues[queue].queue.name, session.state.queues[queue].queue.state
+            ));
+            continue;
+        }
+        let (state, plugins) = (&session.state, &session.plugins);
+        per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
+    }
+
+    let mut queues: OrderedQueue<QueueId> = OrderedQueue::new();
+    for (q, jobs) in per_queue.iter().enumerate() {
+        if !jobs.is_empty() {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.push(q, |a, b| plugins.queue_order(state, a, b));
+        }
+    }
+    loop {
+        let popped = {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.pop(|a, b| plugins.queue_order(state, a, b))
+        };
+        let Some(queue) = popped else { break };
+        let job = {
+            let (state, plugins) = (&session.state, &session.plugins);
+            per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
+        };
+        let Some(job) = job else { continue };
+        let admit = session.state.jobs[job].min_resources().is_none()
+            || session.plugins.job_enqueueable(&session.state, job);
+        if admit {
+            session.state.jobs[job].phase = PodGroupPhase::Inqueue;
+            session.state.jobs[job].blocked_reason = None;
+            let (state, plugins) = (&session.state, &mut session.plugins);
+            plugins.on_job_enqueued(state, job);
+        } else {
+            let reason = session
+                .plugins
+                .enqueue_refusal(&session.state, job)
+                .unwrap_or_else(|| "a plugin refused to admit the PodGroup".to_string());
+            session.state.jobs[job].blocked_reason = Some(reason);
+        }
+        if !per_queue[queue].is_empty() {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.push(queue, |a, b| plugins.queue_order(state, a, b));
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The embedded simulated cluster: an in-memory API server plus a kubelet model.
+//!
+//! - Binding sets `nodeName` and the pod starts Running at once (as kwok does). Like the API
+//!   server, binding does not check the node's free resources: the scheduler must (I1), and
+//!   the invariant checkers catch it if it does not.
+//! - Run times: a pod annotated `phalanx.dev/sim-duration: 90s` succeeds 90 s after its work
+//!   starts. A pod of a gang starts work only once its whole gang (`minMember`) is running —
+//!   a training job with 10 of 11 workers makes no progress — so partial gangs hold their
+//!   GPUs without ever finishing, exactly the waste gang scheduling prevents. A pod without a
+//!   PodGroup starts when it is bound.
+//! - Time is simulated: it moves only when the driver calls [`SimCluster::advance_to`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
+use crate::framework::Event;
+use crate::model::{
+    Node, ObjectKey, Pod, PodGroup, PodGroupStatus, PodPhase, PriorityClass, Queue, TimeMs,
+};
+
+#[derive(Debug, Default)]
+pub struct SimCluster {
+    now_ms: TimeMs,
+    nodes: Vec<Node>,
+    pods: BTreeMap<ObjectKey, Pod>,
+    pod_groups: BTreeMap<ObjectKey, PodGroup>,
+    queues: Vec<Queue>,
+    priority_classes: Vec<PriorityClass>,
+    /// When each running pod's work started (its gang became complete).
+    work_started_ms: HashMap<ObjectKey, TimeMs>,
+    /// Pods bound during this run (not those that were already running at the start).
+    bound_here: BTreeSet<ObjectKey>,
+    evicted: BTreeSet<ObjectKey>,
+    events: Vec<(TimeMs, Event)>,
+    bind_calls: u64,
+}
+
+impl SimCluster {
+    pub fn new(
+        nodes: Vec<Node>,
+        pods: Vec<Pod>,
+        pod_groups: Vec<PodGroup>,
+        queues: Vec<Queue>,
+        priority_classes: Vec<PriorityClass>,
+    ) -> Self {
+        let mut sim = SimCluster {
+            nodes,
+            pods: pods.into_iter().map(|p| (p.key.clone(), p)).collect(),
+            pod_groups: pod_groups.into_iter().map(|g| (g.key.clone(), g)).collect(),
+            queues,
+            priority_classes,
+            ..Default::default()
+        };
+        sim.start_complete_gangs();
+        sim
+    }
+
+    pub fn now_ms(&self) -> TimeMs {
+        self.now_ms
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.values()
+    }
+
+    pub fn pod(&self, key: &ObjectKey) -> Option<&Pod> {
+        self.pods.get(key)
+    }
+
+    pub fn pod_groups(&self) -> impl Iterator<Item = &PodGroup> {
+        self.pod_groups.values()
+    }
+
+    pub fn pod_group(&self, key: &ObjectKey) -> Option<&PodGroup> {
+        self.pod_groups.get(key)
+    }
+
+    pub fn queues(&self) -> &[Queue] {
+        &self.queues
+    }
+
+    pub fn was_bound_here(&self, pod: &ObjectKey) -> bool {
+        self.bound_here.contains(pod)
+    }
+
+    pub fn is_evicted(&self, pod: &ObjectKey) -> bool {
+        self.evicted.contains(pod)
+    }
+
+    pub fn events(&self) -> &[(TimeMs, Event)] {
+        &self.events
+    }
+
+    pub fn bind_calls(&self) -> u64 {
+        self.bind_calls
+    }
+
+    /// Deletes a pod as an eviction does, keeping a record that it was evicted.
+    pub fn evict(&mut self, pod: &ObjectKey) -> Result<(), ClusterError> {
+        if self.pods.remove(pod).is_none() {
+            return Err(ClusterError::NotFound {
+                kind: "pod",
+                key: pod.to_string(),
+            });
+        }
+        self.work_started_ms.remove(pod);
+        self.evicted.insert(pod.clone());
+        Ok(())
+    }
+
+    /// The next moment a running pod finishes, if any.
+    pub fn next_event_ms(&self) -> Option<TimeMs> {
+        self.work_started_ms
+            .iter()
+            .filter_map(|(key, start)| {
+                let pod = self.pods.get(key)?;
+                (pod.phase == PodPhase::Running)
+                    .then(|| pod.sim_duration_ms.map(|d| start.saturating_add(d)))
+                    .flatten()
+            })
+            .min()
+    }
+
+    /// Moves time forward to `t`, finishing every pod whose run time is over. Returns how
+    /// many pods finished.
+    pub fn advance_to(&mut self, t: TimeMs) -> usize {
+        self.now_ms = self.now_ms.max(t);
+        let now = self.now_ms;
+        let mut finished = 0;
+        for (key, start) in &self.work_started_ms {
+            let Some(pod) = self.pods.get_mut(key) else { continue };
+            if pod.phase == PodPhase::Running
+                && pod.sim_duration_ms.is_some_and(|d| start.saturating_add(d) <= now)
+            {
+                pod.phase = PodPhase::Succeeded;
+                finished += 1;
+            }
+        }
+        self.start_complete_gangs();
+        finished
+    }
+
+    /// Starts the work clock of running pods whose gang is complete.
+    fn start_complete_gangs(&mut self) {
+        let mut running_per_group: HashMap<ObjectKey, u32> = HashMap::new();
+        for pod in self.pods.values() {
+            if let Some(group) = &pod.group
+                && matches!(pod.phase, PodPhase::Running | PodPhase::Succeeded)
+            {
+                *running_per_group
+                    .entry(ObjectKey::new(&pod.key.namespace, group))
+                    .or_insert(0) += 1;
+            }
+        }
+        for pod in self.pods.values() {
+            if pod.phase != PodPhase::Running || self.work_started_ms.contains_key(&pod.key) {
+                continue;
+            }
+            let complete = match &pod.group {
+                None => true,
+                Some(group) => {
+                    let key = ObjectKey::new(&pod.key.namespace, group);
+                    let min = self.pod_groups.get(&key).map_or(1, |g| g.min_member);
+                    running_per_group.get(&key).copied().unwrap_or(0) >= min
+                }
+            };
+            if complete {
+                self.work_started_ms.insert(pod.key.clone(), self.now_ms);
+            }
+        }
+    }
+}
+
+impl Cluster for SimCluster {
+    fn snapshot(&self) -> ClusterSnapshot {
+        ClusterSnapshot {
+            now_ms: self.now_ms,
+            nodes: self.nodes.clone(),
+            pods: self.pods.values().cloned().collect(),
+            pod_groups: self.pod_groups.values().cloned().collect(),
+            queues: self.queues.clone(),
+            priority_classes: self.priority_classes.clone(),
+        }
+    }
+
+    fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
+        self.bind_calls += 1;
+        if !self.nodes.iter().any(|n| n.name == node) {
+            return Err(ClusterError::NotFound {
+                kind: "node",
+                key: node.to_string(),
+            });
+        }
+        let Some(p) = self.pods.get_mut(pod) else {
+            return Err(ClusterError::NotFound {
+                kind: "pod",
+                key: pod.to_string(),
+            });
+        };
+        match &p.node_name {
+            Some(bound) if bound == node => return Ok(()),
+            Some(bound) => {
+                return Err(ClusterError::AlreadyBound {
+                    pod: pod.to_string(),
+                    bound_to: bound.clone(),
+                    requested: node.to_string(),
+                });
+            }
+            None => {}
+        }
+        p.node_name = Some(node.to_string());
+        p.phase = PodPhase::Running;
+        self.bound_here.insert(pod.clone());
+        Ok(())
+    }
+
+    fn update_pod_group_status(&mut self, key: &ObjectKey, status: &PodGroupStatus) -> Result<(), ClusterError> {
+        let group = self.pod_groups.get_mut(key).ok_or_else(|| ClusterError::NotFound {
+            kind: "podgroup",
+            key: key.to_string(),
+        })?;
+        group.status = status.clone();
+        Ok(())
+    }
+
+    fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
+        self.events.push((self.now_ms, event.clone()));
+        Ok(())
+    }
+}
+
+impl SimCluster {
+    /// Call after a bind round: pods of gangs that just became complete start working.
+    pub fn settle(&mut self) {
+        self.start_complete_gangs();
+    }
+}

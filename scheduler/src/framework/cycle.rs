@@ -1,0 +1,158 @@
+//! One scheduling cycle as a pure function: snapshot in, plan out.
+//!
+//! open session → run the configured actions → close: every gang's new PodGroup status
+//! (phase, counts, `Scheduled` / `Unschedulable` condition with the reason in numbers) and
+//! an Event for each change.
+
+use crate::actions;
+use crate::cluster::ClusterSnapshot;
+use crate::framework::plan::{CyclePlan, Event};
+use crate::framework::session::{JobId, Session, TaskStatus};
+use crate::framework::SchedulerConf;
+use crate::model::{PodGroupCondition, PodGroupPhase, PodGroupStatus};
+
+pub const CONDITION_SCHEDULED: &str = "Scheduled";
+pub const CONDITION_UNSCHEDULABLE: &str = "Unschedulable";
+
+/// Runs one cycle and returns what to do, with the closed session for reporting.
+pub fn run_cycle(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> (CyclePlan, Session) {
+    let mut session = Session::open(snapshot, conf, scheduler_name);
+    for action in conf.actions.clone() {
+        actions::run(&action, &mut session);
+    }
+    close(&mut session);
+    (std::mem::take(&mut session.plan), session)
+}
+
+fn close(session: &mut Session) {
+    for job in 0..session.state.jobs.len() {
+        if session.state.jobs[job].shadow {
+            continue;
+        }
+        let status = job_status(session, job);
+        let old = &session.state.jobs[job].pod_group.status;
+        if status != *old {
+            let key = session.state.jobs[job].key().clone();
+            if status.phase != old.phase {
+                session.plan.events.push(Event {
+                    object: key.clone(),
+                    kind: "Normal",
+                    reason: status.phase.as_str().to_string(),
+                    message: format!("PodGroup is {}", status.phase.as_str()),
+                });
+            }
+            let new_condition = status.conditions.last();
+            if new_condition.map(|c| (&c.kind, &c.message)) != old.conditions.last().map(|c| (&c.kind, &c.message))
+                && let Some(c) = new_condition
+            {
+                session.plan.events.push(Event {
+                    object: key.clone(),
+                    kind: if c.kind == CONDITION_UNSCHEDULABLE { "Warning" } else { "Normal" },
+                    reason: c.kind.clone(),
+                    message: c.message.clone(),
+                });
+            }
+            session.plan.status_updates.push((key, status));
+        }
+    }
+}
+
+/// Why the job is not (fully) scheduled, in words with numbers; `None` when nothing is
+/// pending.
+pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    let pending = state.pending_tasks(job).count();
+    if pending == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(blocked) = &j.blocked_reason {
+        parts.push(blocked.clone());
+    }
+    if !j.fit_errors.is_empty() {
+        parts.push(j.fit_errors.to_string());
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let ready = j.ready_count;
+    Some(format!(
+        "{}/{} pods placed (minMember {}), {pending} pending: {}",
+        ready,
+        j.tasks.len(),
+        j.min_available(),
+        parts.join("; ")
+    ))
+}
+
+/// Volcano's rule: Running once `minMember` pods are placed (Completed when all of them
+/// succeeded); Unknown when pods run but the gang cannot be completed; otherwise Inqueue if
+/// admitted, else Pending.
+fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    let old = &j.pod_group.status;
+    let mut running = 0;
+    let mut succeeded = 0;
+    let mut failed = 0;
+    for &t in &j.tasks {
+        match state.tasks[t].status {
+            TaskStatus::Running => running += 1,
+            TaskStatus::Succeeded => succeeded += 1,
+            TaskStatus::Failed => failed += 1,
+            _ => {}
+        }
+    }
+    let ready = session.plugins.job_ready(state, job);
+    let reason = pending_reason(session, job);
+    let unschedulable = !ready && reason.is_some();
+    let phase = if running > 0 && unschedulable && j.ready_count < j.min_available() {
+        PodGroupPhase::Unknown
+    } else if j.ready_count >= j.min_available() {
+        if succeeded > 0 && succeeded == j.ready_count {
+            PodGroupPhase::Completed
+        } else {
+            PodGroupPhase::Running
+        }
+    } else if j.phase == PodGroupPhase::Inqueue {
+        PodGroupPhase::Inqueue
+    } else {
+        PodGroupPhase::Pending
+    };
+
+    let condition = if unschedulable {
+        Some((CONDITION_UNSCHEDULABLE, "NotEnoughResources", reason.unwrap_or_default()))
+    } else if ready && j.ready_count > 0 {
+        Some((
+            CONDITION_SCHEDULED,
+            "GangReady",
+            format!("{} of minMember {} pods placed", j.ready_count, j.min_available()),
+        ))
+    } else {
+        None
+    };
+    let mut conditions = old.conditions.clone();
+    if let Some((kind, reason, message)) = condition {
+        let same = conditions
+            .last()
+            .is_some_and(|c| c.kind == kind && c.reason == reason && c.message == message);
+        if !same {
+            conditions.retain(|c| c.kind != CONDITION_SCHEDULED && c.kind != CONDITION_UNSCHEDULABLE);
+            conditions.push(PodGroupCondition {
+                kind: kind.to_string(),
+                status: true,
+                reason: reason.to_string(),
+                message,
+                transition_time_ms: state.now_ms,
+            });
+        }
+    }
+    PodGroupStatus {
+        phase,
+        running,
+        succeeded,
+        failed,
+        conditions,
+    }
+}

@@ -1,0 +1,90 @@
+//! The plugin trait: one typed hook per decision the actions ask about, each with a default
+//! that abstains. Plugins are chosen and ordered by the configuration's tiers; how the
+//! answers of several plugins combine is [`crate::framework::plugin_set::PluginSet`]'s job.
+
+use std::cmp::Ordering;
+
+use crate::framework::fit::Unfit;
+use crate::framework::session::{JobId, NodeId, QueueId, SessionState, TaskId};
+
+/// A plugin's answer where Volcano uses Permit / Abstain / Reject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vote {
+    Permit,
+    Abstain,
+    Reject,
+}
+
+/// Why a job may not be scheduled at all this cycle (Volcano's `ValidateResult`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: String,
+    pub message: String,
+}
+
+/// A scheduling policy. Every hook has a default that abstains, so a plugin implements only
+/// what it decides. Hooks get the session state read-only; the `on_*` events let a plugin
+/// keep its own bookkeeping (shares) current as allocations are made and undone.
+pub trait Plugin: std::fmt::Debug + Send {
+    fn name(&self) -> &'static str;
+
+    /// Called once when the session opens, before any action.
+    fn on_session_open(&mut self, _state: &SessionState) {}
+
+    /// `Less` puts `a` first. `Equal` means no opinion.
+    fn job_order(&self, _state: &SessionState, _a: JobId, _b: JobId) -> Ordering {
+        Ordering::Equal
+    }
+    fn queue_order(&self, _state: &SessionState, _a: QueueId, _b: QueueId) -> Ordering {
+        Ordering::Equal
+    }
+    fn task_order(&self, _state: &SessionState, _a: TaskId, _b: TaskId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Can `task` go on `node` at all (beyond free resources, which the actions check)?
+    fn predicate(&self, _state: &SessionState, _task: TaskId, _node: NodeId) -> Result<(), Unfit> {
+        Ok(())
+    }
+    /// Higher is better; scores of all plugins add up.
+    fn node_score(&self, _state: &SessionState, _task: TaskId, _node: NodeId) -> f64 {
+        0.0
+    }
+
+    fn job_valid(&self, _state: &SessionState, _job: JobId) -> Option<Invalid> {
+        None
+    }
+    /// `None` abstains.
+    fn job_ready(&self, _state: &SessionState, _job: JobId) -> Option<bool> {
+        None
+    }
+    fn job_pipelined(&self, _state: &SessionState, _job: JobId) -> Vote {
+        Vote::Abstain
+    }
+    fn job_starving(&self, _state: &SessionState, _job: JobId) -> Option<bool> {
+        None
+    }
+    fn job_enqueueable(&self, _state: &SessionState, _job: JobId) -> Vote {
+        Vote::Abstain
+    }
+    /// Explains a `Reject` from [`Plugin::job_enqueueable`], for the PodGroup's condition.
+    fn enqueue_refusal(&self, _state: &SessionState, _job: JobId) -> Option<String> {
+        None
+    }
+    /// May the queue take `task` now? `None` abstains.
+    fn allocatable(&self, _state: &SessionState, _queue: QueueId, _task: TaskId) -> Option<bool> {
+        None
+    }
+    /// Is the queue over its share? `None` abstains.
+    fn overused(&self, _state: &SessionState, _queue: QueueId) -> Option<bool> {
+        None
+    }
+    /// May this running task be evicted at all (by preempt or reclaim)? `None` abstains.
+    fn victim_allowed(&self, _state: &SessionState, _task: TaskId) -> Option<bool> {
+        None
+    }
+
+    fn on_job_enqueued(&mut self, _state: &SessionState, _job: JobId) {}
+    fn on_allocate(&mut self, _state: &SessionState, _task: TaskId) {}
+    fn on_deallocate(&mut self, _state: &SessionState, _task: TaskId) {}
+}

@@ -1,0 +1,493 @@
+//! One scheduling cycle's view of the cluster: nodes, jobs (gangs), tasks (pods) and queues,
+//! indexed densely so that actions and plugins work on integers, not strings.
+//!
+//! A session is built from a [`ClusterSnapshot`], mutated only through
+//! [`crate::framework::Statement`] (tentative allocations that are committed or discarded),
+//! and closed into a [`CyclePlan`]: the binds to perform and the PodGroup statuses to write.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::cluster::ClusterSnapshot;
+use crate::framework::conf::SchedulerConf;
+use crate::framework::fit::FitErrors;
+use crate::framework::plan::CyclePlan;
+use crate::framework::plugin_set::PluginSet;
+use crate::model::{
+    Node, ObjectKey, Pod, PodGroup, PodGroupPhase, PodPhase, Queue, QueueState, Resources, TimeMs,
+};
+
+pub type NodeId = usize;
+pub type TaskId = usize;
+pub type JobId = usize;
+pub type QueueId = usize;
+
+/// Where a task (pod) stands in this cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Waiting for a node.
+    Pending,
+    /// Given a node in this cycle; the bind has not happened yet.
+    Allocated,
+    /// Bound to a node (nodeName set), not running yet.
+    Bound,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl TaskStatus {
+    /// Holds resources on its node.
+    pub fn occupies_node(self) -> bool {
+        matches!(self, Self::Allocated | Self::Bound | Self::Running)
+    }
+
+    /// Counts towards a gang's readiness (Volcano's "allocated" statuses plus Succeeded).
+    pub fn is_ready(self) -> bool {
+        matches!(self, Self::Allocated | Self::Bound | Self::Running | Self::Succeeded)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    pub node: Node,
+    /// Sum of requests of every pod that occupies the node, whoever scheduled it.
+    pub used: Resources,
+    /// `allocatable - used`; negative entries mean the node is over-committed.
+    pub idle: Resources,
+    pub pod_count: i64,
+}
+
+impl NodeInfo {
+    fn new(node: Node) -> Self {
+        let idle = node.allocatable.clone();
+        Self {
+            node,
+            used: Resources::new(),
+            idle,
+            pod_count: 0,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.node.name
+    }
+
+    pub(crate) fn take(&mut self, req: &Resources) {
+        self.used.add(req);
+        self.idle.sub(req);
+        self.pod_count += 1;
+    }
+
+    pub(crate) fn give_back(&mut self, req: &Resources) {
+        self.used.sub(req);
+        self.idle.add(req);
+        self.pod_count -= 1;
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TaskInfo {
+    pub pod: Pod,
+    /// The job (gang) this task belongs to; `None` for pods phalanx does not place.
+    pub job: Option<JobId>,
+    /// True when this scheduler places the pod (its schedulerName is ours).
+    pub managed: bool,
+    pub status: TaskStatus,
+    pub node: Option<NodeId>,
+    /// Resolved priority (spec.priority, else its PriorityClass, else the global default).
+    pub priority: i32,
+    /// The task role inside the job (`volcano.sh/task-spec`, else "").
+    pub role: String,
+    /// Tasks with equal keys get equal predicate results and node scores on equal nodes.
+    pub placement_key: u64,
+}
+
+impl TaskInfo {
+    pub fn resreq(&self) -> &Resources {
+        &self.pod.requests
+    }
+
+    /// A pod that requests nothing: Volcano's BestEffort, placed by `backfill`.
+    pub fn is_best_effort(&self) -> bool {
+        self.pod.requests.is_zero()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct JobInfo {
+    pub pod_group: PodGroup,
+    /// A job made up for a pod without a PodGroup (Volcano's "shadow" PodGroup); its status
+    /// is never written anywhere.
+    pub shadow: bool,
+    pub queue: Option<QueueId>,
+    pub priority: i32,
+    pub tasks: Vec<TaskId>,
+    /// Phase as this cycle sees it; `enqueue` moves Pending to Inqueue.
+    pub phase: PodGroupPhase,
+    /// Resources of tasks that occupy nodes or were allocated this cycle.
+    pub allocated: Resources,
+    /// Tasks in a ready status (see [`TaskStatus::is_ready`]).
+    pub ready_count: u32,
+    /// Tasks that are not Failed.
+    pub valid_count: u32,
+    /// Best-effort tasks still pending (they count towards readiness, as in Volcano).
+    pub pending_best_effort: u32,
+    /// Why tasks of this job found no node in this cycle.
+    pub fit_errors: FitErrors,
+    /// Why the job as a whole was not scheduled this cycle (invalid, not enqueued, ...).
+    pub blocked_reason: Option<String>,
+}
+
+impl JobInfo {
+    pub fn key(&self) -> &ObjectKey {
+        &self.pod_group.key
+    }
+
+    pub fn min_available(&self) -> u32 {
+        self.pod_group.min_member
+    }
+
+    /// `minResources`, or the summed requests of the first `minMember` tasks when unset.
+    pub fn min_resources(&self) -> Option<&Resources> {
+        self.pod_group.min_resources.as_ref()
+    }
+
+    pub fn is_pending_phase(&self) -> bool {
+        self.phase == PodGroupPhase::Pending
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct QueueInfo {
+    pub queue: Queue,
+    pub jobs: Vec<JobId>,
+    /// Resources of this queue's tasks that occupy nodes (kept current by the session).
+    pub allocated: Resources,
+}
+
+impl QueueInfo {
+    pub fn is_open(&self) -> bool {
+        self.queue.state == QueueState::Open
+    }
+}
+
+/// The data of one cycle. Plugins read it; only the session's own methods change it.
+#[derive(Debug)]
+pub struct SessionState {
+    pub now_ms: TimeMs,
+    pub nodes: Vec<NodeInfo>,
+    pub node_index: HashMap<String, NodeId>,
+    pub tasks: Vec<TaskInfo>,
+    pub jobs: Vec<JobInfo>,
+    pub queues: Vec<QueueInfo>,
+    pub queue_index: HashMap<String, QueueId>,
+    /// Sum of allocatable over schedulable nodes.
+    pub total_allocatable: Resources,
+    /// Sum of requests of every pod that occupies a node.
+    pub total_used: Resources,
+    /// Priority of each PriorityClass by name, and the global default's value.
+    pub priority_classes: HashMap<String, i32>,
+    pub default_priority: i32,
+}
+
+/// A scheduling session: the state plus the plugins chosen by the configuration.
+#[derive(Debug)]
+pub struct Session {
+    pub state: SessionState,
+    pub plugins: PluginSet,
+    pub conf: SchedulerConf,
+    pub plan: CyclePlan,
+}
+
+impl Session {
+    /// Builds the session for one cycle. `scheduler_name` selects the pods this scheduler
+    /// places; every other pod is accounted on its node but never moved.
+    pub fn open(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> Self {
+        let state = SessionState::build(snapshot, scheduler_name);
+        let plugins = PluginSet::from_conf(conf);
+        let mut session = Session {
+            state,
+            plugins,
+            conf: conf.clone(),
+            plan: CyclePlan::default(),
+        };
+        session.plugins.on_session_open(&session.state);
+        session
+    }
+
+    /// Records a tentative allocation in the state and tells the plugins. Called by
+    /// `Statement` only, which can undo it.
+    pub(crate) fn allocate_task(&mut self, task: TaskId, node: NodeId) {
+        self.state.allocate(task, node);
+        self.plugins.on_allocate(&self.state, task);
+    }
+
+    pub(crate) fn deallocate_task(&mut self, task: TaskId) {
+        self.plugins.on_deallocate(&self.state, task);
+        self.state.deallocate(task);
+    }
+}
+
+impl SessionState {
+    fn build(snapshot: &ClusterSnapshot, scheduler_name: &str) -> Self {
+        let mut nodes: Vec<NodeInfo> = snapshot.nodes.iter().cloned().map(NodeInfo::new).collect();
+        // Node ids follow node names so that ties broken by id are broken by name.
+        nodes.sort_by(|a, b| a.node.name.cmp(&b.node.name));
+        let node_index: HashMap<String, NodeId> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.name.clone(), i))
+            .collect();
+        let mut total_allocatable = Resources::new();
+        for n in &nodes {
+            total_allocatable.add(&n.node.allocatable);
+        }
+
+        let mut priority_classes = HashMap::new();
+        let mut default_priority = 0;
+        for pc in &snapshot.priority_classes {
+            priority_classes.insert(pc.name.clone(), pc.value);
+            if pc.global_default {
+                default_priority = pc.value;
+            }
+        }
+
+        let mut queues: Vec<QueueInfo> = snapshot
+            .queues
+            .iter()
+            .map(|q| QueueInfo {
+                queue: q.clone(),
+                jobs: Vec::new(),
+                allocated: Resources::new(),
+            })
+            .collect();
+        queues.sort_by(|a, b| a.queue.name.cmp(&b.queue.name));
+        let queue_index: HashMap<String, QueueId> = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.queue.name.clone(), i))
+            .collect();
+
+        let mut state = SessionState {
+            now_ms: snapshot.now_ms,
+            nodes,
+            node_index,
+            tasks: Vec::with_capacity(snapshot.pods.len()),
+            jobs: Vec::new(),
+            queues,
+            queue_index,
+            total_allocatable,
+            total_used: Resources::new(),
+            priority_classes,
+            default_priority,
+        };
+
+        let mut job_index: HashMap<ObjectKey, JobId> = HashMap::new();
+        let mut groups: Vec<&PodGroup> = snapshot.pod_groups.iter().collect();
+        groups.sort_by_key(|g| (g.creation_index, g.key.clone()));
+        for group in groups {
+            let id = state.add_job(group.clone(), false);
+            job_index.insert(group.key.clone(), id);
+        }
+
+        let mut pods: Vec<&Pod> = snapshot.pods.iter().collect();
+        pods.sort_by_key(|p| (p.creation_index, p.key.clone()));
+        for pod in pods {
+            state.add_task(pod, scheduler_name, &mut job_index);
+        }
+        state
+    }
+
+    fn add_job(&mut self, pod_group: PodGroup, shadow: bool) -> JobId {
+        let id = self.jobs.len();
+        let queue = self.queue_index.get(&pod_group.queue).copied();
+        if let Some(q) = queue {
+            self.queues[q].jobs.push(id);
+        }
+        let priority = self.resolve_priority(None, pod_group.priority_class_name.as_deref());
+        let phase = pod_group.status.phase;
+        self.jobs.push(JobInfo {
+            pod_group,
+            shadow,
+            queue,
+            priority,
+            tasks: Vec::new(),
+            phase,
+            allocated: Resources::new(),
+            ready_count: 0,
+            valid_count: 0,
+            pending_best_effort: 0,
+            fit_errors: FitErrors::default(),
+            blocked_reason: None,
+        });
+        id
+    }
+
+    fn add_task(&mut self, pod: &Pod, scheduler_name: &str, job_index: &mut HashMap<ObjectKey, JobId>) {
+        if pod.is_terminated() && pod.group.is_none() {
+            return; // A finished pod outside any gang matters to nobody.
+        }
+        let managed = pod.scheduler_name == scheduler_name;
+        let status = match (pod.phase, &pod.node_name) {
+            (PodPhase::Succeeded, _) => TaskStatus::Succeeded,
+            (PodPhase::Failed, _) => TaskStatus::Failed,
+            (PodPhase::Running, Some(_)) => TaskStatus::Running,
+            (_, Some(_)) => TaskStatus::Bound,
+            (_, None) => TaskStatus::Pending,
+        };
+        let node = pod.node_name.as_ref().and_then(|n| self.node_index.get(n).copied());
+        let job = match &pod.group {
+            Some(group) => job_index.get(&ObjectKey::new(&pod.key.namespace, group)).copied(),
+            None if managed && status == TaskStatus::Pending => {
+                // A managed pod without a PodGroup is a gang of one.
+                let mut shadow = PodGroup::new(pod.key.clone(), 1);
+                shadow.priority_class_name = pod.priority_class_name.clone();
+                shadow.creation_index = pod.creation_index;
+                shadow.status.phase = PodGroupPhase::Inqueue;
+                let id = self.add_job(shadow, true);
+                job_index.insert(pod.key.clone(), id);
+                Some(id)
+            }
+            None => None,
+        };
+        let priority = self.resolve_priority(pod.priority, pod.priority_class_name.as_deref());
+        let role = pod.task_role.clone().unwrap_or_default();
+        let id = self.tasks.len();
+        self.tasks.push(TaskInfo {
+            pod: pod.clone(),
+            job: if managed || status != TaskStatus::Pending { job } else { None },
+            managed,
+            status,
+            node,
+            priority,
+            role,
+            placement_key: placement_key(pod),
+        });
+        let task = &self.tasks[id];
+        if let Some(j) = task.job {
+            let job = &mut self.jobs[j];
+            job.tasks.push(id);
+            if status != TaskStatus::Failed {
+                job.valid_count += 1;
+            }
+            if status.is_ready() {
+                job.ready_count += 1;
+            }
+            if status == TaskStatus::Pending && task.is_best_effort() {
+                job.pending_best_effort += 1;
+            }
+        }
+        if status.occupies_node() {
+            let req = self.tasks[id].pod.requests.clone();
+            if let Some(n) = node {
+                self.nodes[n].take(&req);
+            }
+            self.total_used.add(&req);
+            if let Some(j) = self.tasks[id].job {
+                self.jobs[j].allocated.add(&req);
+                if let Some(q) = self.jobs[j].queue {
+                    self.queues[q].allocated.add(&req);
+                }
+            }
+        }
+    }
+
+    /// Kubernetes' rule: an explicit `spec.priority`, else the class's value, else the
+    /// global default class's value, else 0.
+    pub fn resolve_priority(&self, explicit: Option<i32>, class: Option<&str>) -> i32 {
+        explicit
+            .or_else(|| class.and_then(|c| self.priority_classes.get(c).copied()))
+            .unwrap_or(self.default_priority)
+    }
+
+    fn allocate(&mut self, task: TaskId, node: NodeId) {
+        let t = &mut self.tasks[task];
+        debug_assert_eq!(t.status, TaskStatus::Pending, "only pending tasks are allocated");
+        let best_effort = t.is_best_effort();
+        t.status = TaskStatus::Allocated;
+        t.node = Some(node);
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        self.nodes[node].take(&req);
+        self.total_used.add(&req);
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.ready_count += 1;
+            if best_effort {
+                job.pending_best_effort -= 1;
+            }
+            job.allocated.add(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.add(&req);
+            }
+        }
+    }
+
+    fn deallocate(&mut self, task: TaskId) {
+        let t = &mut self.tasks[task];
+        debug_assert_eq!(t.status, TaskStatus::Allocated, "only this cycle's allocations are undone");
+        let best_effort = t.is_best_effort();
+        let node = t.node.take().expect("an allocated task has a node");
+        t.status = TaskStatus::Pending;
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        self.nodes[node].give_back(&req);
+        self.total_used.sub(&req);
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.ready_count -= 1;
+            if best_effort {
+                job.pending_best_effort += 1;
+            }
+            job.allocated.sub(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.sub(&req);
+            }
+        }
+    }
+
+    /// Ready tasks per role, for `minTaskMember`.
+    pub fn ready_by_role(&self, job: JobId) -> BTreeMap<&str, u32> {
+        let mut out = BTreeMap::new();
+        for &t in &self.jobs[job].tasks {
+            let task = &self.tasks[t];
+            if task.status.is_ready() {
+                *out.entry(task.role.as_str()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// Valid (not failed) tasks per role, for `minTaskMember`.
+    pub fn valid_by_role(&self, job: JobId) -> BTreeMap<&str, u32> {
+        let mut out = BTreeMap::new();
+        for &t in &self.jobs[job].tasks {
+            let task = &self.tasks[t];
+            if task.status != TaskStatus::Failed {
+                *out.entry(task.role.as_str()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// Pending tasks of a job that this scheduler may place.
+    pub fn pending_tasks(&self, job: JobId) -> impl Iterator<Item = TaskId> + '_ {
+        self.jobs[job]
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| self.tasks[t].status == TaskStatus::Pending && self.tasks[t].managed)
+    }
+}
+
+/// Hash of everything a predicate or score may look at on the task side.
+fn placement_key(pod: &Pod) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    pod.requests.hash(&mut h);
+    pod.node_selector.hash(&mut h);
+    pod.tolerations.hash(&mut h);
+    pod.required_node_terms.hash(&mut h);
+    pod.preferred_node_terms.hash(&mut h);
+    h.finish()
+}

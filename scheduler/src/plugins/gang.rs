@@ -1,0 +1,82 @@
+//! `gang`: a job runs only with at least `minMember` pods (and `minTaskMember` per role).
+//! - valid: enough non-failed pods exist to ever reach `minMember`;
+//! - ready: enough pods are placed (or running, or done) to start;
+//! - order: jobs that are not ready yet go before ready ones, so a ready job does not take
+//!   nodes that another gang needs to start;
+//! - starving / pipelined: fewer than `minMember` placed.
+
+use std::cmp::Ordering;
+
+use crate::framework::{Invalid, JobId, Plugin, SessionState, Vote};
+
+#[derive(Debug)]
+pub struct GangPlugin;
+
+/// Placed-or-better pods (plus pending best-effort ones) reach `minMember`, and every role
+/// reaches its `minTaskMember`.
+pub fn is_ready(state: &SessionState, job: JobId) -> bool {
+    let j = &state.jobs[job];
+    if j.ready_count + j.pending_best_effort < j.min_available() {
+        return false;
+    }
+    if j.pod_group.min_task_member.is_empty() {
+        return true;
+    }
+    let ready = state.ready_by_role(job);
+    j.pod_group
+        .min_task_member
+        .iter()
+        .all(|(role, min)| ready.get(role.as_str()).copied().unwrap_or(0) >= *min)
+}
+
+impl Plugin for GangPlugin {
+    fn name(&self) -> &'static str {
+        "gang"
+    }
+
+    fn job_valid(&self, state: &SessionState, job: JobId) -> Option<Invalid> {
+        let j = &state.jobs[job];
+        if j.valid_count < j.min_available() {
+            return Some(Invalid {
+                reason: "NotEnoughPods".into(),
+                message: format!(
+                    "not enough valid pods for gang scheduling: {} exist, minMember is {}",
+                    j.valid_count,
+                    j.min_available()
+                ),
+            });
+        }
+        if !j.pod_group.min_task_member.is_empty() {
+            let valid = state.valid_by_role(job);
+            for (role, min) in &j.pod_group.min_task_member {
+                let have = valid.get(role.as_str()).copied().unwrap_or(0);
+                if have < *min {
+                    return Some(Invalid {
+                        reason: "NotEnoughPods".into(),
+                        message: format!(
+                            "not enough valid pods of task {role:?}: {have} exist, minTaskMember is {min}"
+                        ),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    fn job_ready(&self, state: &SessionState, job: JobId) -> Option<bool> {
+        Some(is_ready(state, job))
+    }
+
+    fn job_pipelined(&self, state: &SessionState, job: JobId) -> Vote {
+        if is_ready(state, job) { Vote::Permit } else { Vote::Reject }
+    }
+
+    fn job_starving(&self, state: &SessionState, job: JobId) -> Option<bool> {
+        Some(!is_ready(state, job))
+    }
+
+    fn job_order(&self, state: &SessionState, a: JobId, b: JobId) -> Ordering {
+        // false < true: not-ready jobs first.
+        is_ready(state, a).cmp(&is_ready(state, b))
+    }
+}

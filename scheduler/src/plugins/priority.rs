@@ -1,0 +1,24 @@
+//! `priority`: higher-priority jobs and tasks go first. Job priority comes from the
+//! PodGroup's `priorityClassName`, task priority from the pod (`spec.priority`, else its
+//! class, else the global default class).
+
+use std::cmp::Ordering;
+
+use crate::framework::{JobId, Plugin, SessionState, TaskId};
+
+#[derive(Debug)]
+pub struct PriorityPlugin;
+
+impl Plugin for PriorityPlugin {
+    fn name(&self) -> &'static str {
+        "priority"
+    }
+
+    fn job_order(&self, state: &SessionState, a: JobId, b: JobId) -> Ordering {
+        state.jobs[b].priority.cmp(&state.jobs[a].priority)
+    }
+
+    fn task_order(&self, state: &SessionState, a: TaskId, b: TaskId) -> Ordering {
+        state.tasks[b].priority.cmp(&state.tasks[a].priority)
+    }
+}

@@ -1,0 +1,204 @@
+//! `proportion`: queues share the cluster by weight.
+//!
+//! Each queue's *deserved* share is computed by water-filling, as Volcano does: the cluster's
+//! remaining resources are split among the queues still wanting more in proportion to their
+//! weights; a queue's deserved amount is capped by its real capability (its `capability`, and
+//! never more than the cluster minus the other queues' guarantees) and by what it requests
+//! (allocated + pending), and raised to its `guarantee`. Queues whose request is met drop
+//! out, and what they leave is split again, until nothing changes. A `spec.deserved` set on
+//! the queue replaces the computed amount (capped the same way).
+//!
+//! With deserved shares known: queues are ordered by share (allocated / deserved, the largest
+//! fraction over resources), a queue whose allocation reaches its deserved amount in every
+//! resource is *overused* and gets nothing more this cycle, a task is *allocatable* only if the
+//! queue stays within its deserved amount on the resources the task asks for, and a gang is
+//! *enqueueable* only if its `minResources`, plus what the queue holds and has admitted, stay
+//! within the queue's real capability.
+
+use std::cmp::Ordering;
+
+use crate::framework::{JobId, Plugin, QueueId, SessionState, TaskId, TaskStatus, Vote};
+use crate::model::{PodGroupPhase, Resources};
+
+#[derive(Debug, Default)]
+pub struct ProportionPlugin {
+    queues: Vec<QueueShare>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct QueueShare {
+    pub deserved: Resources,
+    pub request: Resources,
+    pub real_capability: Resources,
+    /// `minResources` of this queue's gangs admitted but not yet placed.
+    pub inqueue: Resources,
+}
+
+impl ProportionPlugin {
+    pub fn shares(&self) -> &[QueueShare] {
+        &self.queues
+    }
+
+    fn share(&self, state: &SessionState, queue: QueueId) -> f64 {
+        let deserved = &self.queues[queue].deserved;
+        let allocated = &state.queues[queue].allocated;
+        let mut share: f64 = 0.0;
+        for (name, used) in allocated.iter() {
+            let d = deserved.get(name.as_str());
+            share = share.max(if d > 0 { used as f64 / d as f64 } else { 1.0 });
+        }
+        share
+    }
+}
+
+/// Water-fills `total` over the queues. Exposed for tests and for `explain`.
+pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
+    let total = &state.total_allocatable;
+    let mut total_guarantee = Resources::new();
+    for q in &state.queues {
+        total_guarantee.add(&q.queue.guarantee);
+    }
+    let mut shares: Vec<QueueShare> = state
+        .queues
+        .iter()
+        .map(|q| {
+            let mut real_capability = total.clone();
+            real_capability.sub_clamped(&total_guarantee);
+            real_capability.add(&q.queue.guarantee);
+            if let Some(cap) = &q.queue.capability {
+                real_capability = real_capability.capped_by_limit(cap);
+            }
+            let mut request = q.allocated.clone();
+            let mut inqueue = Resources::new();
+            for &j in &q.jobs {
+                let job = &state.jobs[j];
+                for &t in &job.tasks {
+                    if state.tasks[t].status == TaskStatus::Pending && state.tasks[t].managed {
+                        request.add(state.tasks[t].resreq());
+                    }
+                }
+                if job.phase == PodGroupPhase::Inqueue
+                    && let Some(min) = job.min_resources()
+                {
+                    let mut missing = min.clone();
+                    missing.sub_clamped(&job.allocated);
+                    inqueue.add(&missing);
+                }
+            }
+            QueueShare {
+                deserved: Resources::new(),
+                request,
+                real_capability,
+                inqueue,
+            }
+        })
+        .collect();
+
+    let mut remaining = total.clone();
+    let mut met = vec![false; shares.len()];
+    for (qid, q) in state.queues.iter().enumerate() {
+        if let Some(fixed) = &q.queue.deserved {
+            let s = &mut shares[qid];
+            s.deserved = fixed.capped_by_limit(&s.real_capability).max_amounts(&q.queue.guarantee);
+            remaining.sub_clamped(&s.deserved);
+            met[qid] = true;
+        }
+    }
+    loop {
+        let total_weight: i64 = state
+            .queues
+            .iter()
+            .enumerate()
+            .filter(|(qid, _)| !met[*qid])
+            .map(|(_, q)| i64::from(q.queue.weight.max(1)))
+            .sum();
+        if total_weight == 0 {
+            break;
+        }
+        let before = remaining.clone();
+        let mut increased = Resources::new();
+        let mut decreased = Resources::new();
+        for (qid, q) in state.queues.iter().enumerate() {
+            if met[qid] {
+                continue;
+            }
+            let s = &mut shares[qid];
+            let old = s.deserved.clone();
+            let mut d = old.plus(&remaining.scaled(i64::from(q.queue.weight.max(1)), total_weight));
+            d = d.capped_by_limit(&s.real_capability);
+            d = d.min_amounts(&s.request);
+            d = d.max_amounts(&q.queue.guarantee);
+            if s.request.fits_in(&d) {
+                met[qid] = true;
+            }
+            let mut up = d.clone();
+            up.sub_clamped(&old);
+            let mut down = old.clone();
+            down.sub_clamped(&d);
+            increased.add(&up);
+            decreased.add(&down);
+            s.deserved = d;
+        }
+        remaining.sub_clamped(&increased);
+        remaining.add(&decreased);
+        if remaining.is_zero() || remaining == before {
+            break;
+        }
+    }
+    shares
+}
+
+impl Plugin for ProportionPlugin {
+    fn name(&self) -> &'static str {
+        "proportion"
+    }
+
+    fn on_session_open(&mut self, state: &SessionState) {
+        self.queues = compute_deserved(state);
+    }
+
+    fn queue_order(&self, state: &SessionState, a: QueueId, b: QueueId) -> Ordering {
+        self.share(state, a).total_cmp(&self.share(state, b))
+    }
+
+    fn overused(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
+        Some(self.queues[queue].deserved.fits_in(&state.queues[queue].allocated))
+    }
+
+    fn allocatable(&self, state: &SessionState, queue: QueueId, task: TaskId) -> Option<bool> {
+        let req = state.tasks[task].resreq();
+        let future = state.queues[queue].allocated.plus(req);
+        Some(future.fits_in_dimensions(&self.queues[queue].deserved, req))
+    }
+
+    fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
+        match self.enqueue_refusal(state, job) {
+            Some(_) => Vote::Reject,
+            None => Vote::Permit,
+        }
+    }
+
+    fn enqueue_refusal(&self, state: &SessionState, job: JobId) -> Option<String> {
+        let j = &state.jobs[job];
+        let (queue, min) = (j.queue?, j.min_resources()?);
+        let s = &self.queues[queue];
+        let wanted = min.plus(&state.queues[queue].allocated).plus(&s.inqueue);
+        if wanted.restricted_to(min).within_limit(&s.real_capability) {
+            return None;
+        }
+        Some(format!(
+            "queue {} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
+            state.queues[queue].queue.name,
+            state.queues[queue].allocated.restricted_to(min),
+            s.inqueue.restricted_to(min),
+            s.real_capability.restricted_to(min),
+        ))
+    }
+
+    fn on_job_enqueued(&mut self, state: &SessionState, job: JobId) {
+        let j = &state.jobs[job];
+        if let (Some(q), Some(min)) = (j.queue, j.min_resources()) {
+            self.queues[q].inqueue.add(min);
+        }
+    }
+}

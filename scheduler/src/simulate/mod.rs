@@ -1,0 +1,4 @@
+//! `phalanx simulate`: the scheduler on the embedded simulated cluster.
+
+pub mod driver;
+pub mod synthetic;
