@@ -1,1 +1,130 @@
-fn main() {}
+//! The `phalanx` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
+use phalanx_scheduler::simulate::scenario::{ScenarioOptions, render, run_workload};
+use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
+use phalanx_scheduler::simulate::{demo, generated};
+
+#[derive(Parser, Debug)]
+#[command(name = "phalanx", version, about = "A multi-active gang scheduler for Kubernetes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the scheduler on an embedded simulated cluster: the built-in demo (no arguments),
+    /// a scenario file (--scenario), or a generated workload (--nodes/--jobs).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// A multi-document YAML scenario (see SCENARIOS.md).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Scheduler replicas. More than one needs the replicated ledger, which is not built yet.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// Shards. More than one needs the replicated ledger, which is not built yet.
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// Place pods whose spec.schedulerName is this.
+    #[arg(long, default_value = "phalanx")]
+    scheduler_name: String,
+    /// Treat unknown actions and plugins in volcano-scheduler.conf as errors.
+    #[arg(long)]
+    strict_config: bool,
+    /// Simulated time between cycles, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+    /// Generate a cluster of this many nodes.
+    #[arg(long)]
+    nodes: Option<usize>,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: i64,
+    /// Generate this many gangs.
+    #[arg(long, default_value_t = 1000)]
+    jobs: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Hide the progress bar of generated runs.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Exit codes of SCENARIOS.md.
+const EXIT_UNMET: u8 = 1;
+const EXIT_BAD_INPUT: u8 = 2;
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PHALANX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match Cli::parse().command {
+        Command::Simulate(args) => simulate(args),
+    }
+}
+
+fn simulate(args: SimulateArgs) -> ExitCode {
+    if args.replicas != 1 || args.shards != 1 {
+        eprintln!(
+            "error: --replicas {} --shards {}: running more than one replica or shard needs the replicated ledger, which this build does not have yet; use --replicas 1 --shards 1",
+            args.replicas, args.shards
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if let Some(path) = &args.scenario {
+        return scenario(path, &args);
+    }
+    let result = match args.nodes {
+        Some(nodes) => {
+            let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
+            spec.scheduler_name = args.scheduler_name.clone();
+            let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
+            generated::run(&spec, &conf, !args.quiet)
+        }
+        None => demo::run(),
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_UNMET)
+        }
+    }
+}
+
+fn scenario(path: &PathBuf, args: &SimulateArgs) -> ExitCode {
+    let load = LoadOptions {
+        scheduler_name: args.scheduler_name.clone(),
+        strict_config: args.strict_config,
+    };
+    let workload = match load_workload_files(&[path], &load) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let opts = ScenarioOptions {
+        scheduler_name: args.scheduler_name.clone(),
+        strict_config: args.strict_config,
+        period_ms: args.period_ms,
+    };
+    let report = run_workload(&path.display().to_string(), workload, &opts);
+    print!("{}", render(&report));
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_UNMET)
+    }
+}

@@ -6,6 +6,8 @@
 
 pub mod sim;
 
+use std::sync::Arc;
+
 use thiserror::Error;
 
 use crate::framework::Event;
@@ -15,8 +17,9 @@ use crate::model::{Node, ObjectKey, Pod, PodGroup, PodGroupStatus, PriorityClass
 #[derive(Clone, Debug, Default)]
 pub struct ClusterSnapshot {
     pub now_ms: TimeMs,
-    pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
+    /// Shared with the cluster's cache: a snapshot costs a reference count per object.
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
     pub pod_groups: Vec<PodGroup>,
     pub queues: Vec<Queue>,
     pub priority_classes: Vec<PriorityClass>,

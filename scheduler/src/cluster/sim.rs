@@ -11,6 +11,7 @@
 //! - Time is simulated: it moves only when the driver calls [`SimCluster::advance_to`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
 use crate::framework::Event;
@@ -21,8 +22,8 @@ use crate::model::{
 #[derive(Debug, Default)]
 pub struct SimCluster {
     now_ms: TimeMs,
-    nodes: Vec<Node>,
-    pods: BTreeMap<ObjectKey, Pod>,
+    nodes: Vec<Arc<Node>>,
+    pods: BTreeMap<ObjectKey, Arc<Pod>>,
     pod_groups: BTreeMap<ObjectKey, PodGroup>,
     queues: Vec<Queue>,
     priority_classes: Vec<PriorityClass>,
@@ -33,6 +34,9 @@ pub struct SimCluster {
     evicted: BTreeSet<ObjectKey>,
     events: Vec<(TimeMs, Event)>,
     bind_calls: u64,
+    /// GPU-milliseconds held by pods, and the part held by pods whose work had started.
+    gpu_ms_held: u128,
+    gpu_ms_working: u128,
 }
 
 impl SimCluster {
@@ -44,8 +48,8 @@ impl SimCluster {
         priority_classes: Vec<PriorityClass>,
     ) -> Self {
         let mut sim = SimCluster {
-            nodes,
-            pods: pods.into_iter().map(|p| (p.key.clone(), p)).collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            pods: pods.into_iter().map(|p| (p.key.clone(), Arc::new(p))).collect(),
             pod_groups: pod_groups.into_iter().map(|g| (g.key.clone(), g)).collect(),
             queues,
             priority_classes,
@@ -59,16 +63,16 @@ impl SimCluster {
         self.now_ms
     }
 
-    pub fn nodes(&self) -> &[Node] {
-        &self.nodes
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().map(|n| n.as_ref())
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values()
+        self.pods.values().map(|p| p.as_ref())
     }
 
     pub fn pod(&self, key: &ObjectKey) -> Option<&Pod> {
-        self.pods.get(key)
+        self.pods.get(key).map(|p| p.as_ref())
     }
 
     pub fn pod_groups(&self) -> impl Iterator<Item = &PodGroup> {
@@ -97,6 +101,22 @@ impl SimCluster {
 
     pub fn bind_calls(&self) -> u64 {
         self.bind_calls
+    }
+
+    /// GPU-hours held by pods so far, and the part held by pods that were doing work (their
+    /// gang complete). The difference is GPU time wasted on partial gangs.
+    pub fn gpu_hours(&self) -> (f64, f64) {
+        const MS_PER_HOUR: f64 = 3_600_000.0;
+        (
+            self.gpu_ms_held as f64 / MS_PER_HOUR,
+            self.gpu_ms_working as f64 / MS_PER_HOUR,
+        )
+    }
+
+    /// True when the pod holds a node and its work has started (its gang is complete).
+    pub fn is_working(&self, pod: &ObjectKey) -> bool {
+        self.work_started_ms.contains_key(pod)
+            && self.pods.get(pod).is_some_and(|p| p.phase == PodPhase::Running)
     }
 
     /// Deletes a pod as an eviction does, keeping a record that it was evicted.
@@ -128,6 +148,16 @@ impl SimCluster {
     /// Moves time forward to `t`, finishing every pod whose run time is over. Returns how
     /// many pods finished.
     pub fn advance_to(&mut self, t: TimeMs) -> usize {
+        let elapsed = u128::from(t.saturating_sub(self.now_ms));
+        if elapsed > 0 {
+            for pod in self.pods.values().filter(|p| p.occupies_node()) {
+                let gpu_ms = u128::try_from(pod.requests.gpus()).unwrap_or(0) * elapsed;
+                self.gpu_ms_held += gpu_ms;
+                if self.work_started_ms.contains_key(&pod.key) {
+                    self.gpu_ms_working += gpu_ms;
+                }
+            }
+        }
         self.now_ms = self.now_ms.max(t);
         let now = self.now_ms;
         let mut finished = 0;
@@ -136,7 +166,7 @@ impl SimCluster {
             if pod.phase == PodPhase::Running
                 && pod.sim_duration_ms.is_some_and(|d| start.saturating_add(d) <= now)
             {
-                pod.phase = PodPhase::Succeeded;
+                Arc::make_mut(pod).phase = PodPhase::Succeeded;
                 finished += 1;
             }
         }
@@ -195,7 +225,7 @@ impl Cluster for SimCluster {
                 key: node.to_string(),
             });
         }
-        let Some(p) = self.pods.get_mut(pod) else {
+        let Some(p) = self.pods.get_mut(pod).map(Arc::make_mut) else {
             return Err(ClusterError::NotFound {
                 kind: "pod",
                 key: pod.to_string(),

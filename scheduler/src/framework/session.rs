@@ -6,6 +6,7 @@
 //! and closed into a [`CyclePlan`]: the binds to perform and the PodGroup statuses to write.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::cluster::ClusterSnapshot;
 use crate::framework::conf::SchedulerConf;
@@ -49,7 +50,7 @@ impl TaskStatus {
 
 #[derive(Clone, Debug)]
 pub struct NodeInfo {
-    pub node: Node,
+    pub node: Arc<Node>,
     /// Sum of requests of every pod that occupies the node, whoever scheduled it.
     pub used: Resources,
     /// `allocatable - used`; negative entries mean the node is over-committed.
@@ -58,7 +59,7 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    fn new(node: Node) -> Self {
+    fn new(node: Arc<Node>) -> Self {
         let idle = node.allocatable.clone();
         Self {
             node,
@@ -87,7 +88,7 @@ impl NodeInfo {
 
 #[derive(Clone, Debug)]
 pub struct TaskInfo {
-    pub pod: Pod,
+    pub pod: Arc<Pod>,
     /// The job (gang) this task belongs to; `None` for pods phalanx does not place.
     pub job: Option<JobId>,
     /// True when this scheduler places the pod (its schedulerName is ours).
@@ -284,14 +285,14 @@ impl SessionState {
 
         let mut job_index: HashMap<ObjectKey, JobId> = HashMap::new();
         let mut groups: Vec<&PodGroup> = snapshot.pod_groups.iter().collect();
-        groups.sort_by_key(|g| (g.creation_index, g.key.clone()));
+        groups.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for group in groups {
             let id = state.add_job(group.clone(), false);
             job_index.insert(group.key.clone(), id);
         }
 
-        let mut pods: Vec<&Pod> = snapshot.pods.iter().collect();
-        pods.sort_by_key(|p| (p.creation_index, p.key.clone()));
+        let mut pods: Vec<&Arc<Pod>> = snapshot.pods.iter().collect();
+        pods.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for pod in pods {
             state.add_task(pod, scheduler_name, &mut job_index);
         }
@@ -323,7 +324,7 @@ impl SessionState {
         id
     }
 
-    fn add_task(&mut self, pod: &Pod, scheduler_name: &str, job_index: &mut HashMap<ObjectKey, JobId>) {
+    fn add_task(&mut self, pod: &Arc<Pod>, scheduler_name: &str, job_index: &mut HashMap<ObjectKey, JobId>) {
         if pod.is_terminated() && pod.group.is_none() {
             return; // A finished pod outside any gang matters to nobody.
         }
@@ -354,7 +355,7 @@ impl SessionState {
         let role = pod.task_role.clone().unwrap_or_default();
         let id = self.tasks.len();
         self.tasks.push(TaskInfo {
-            pod: pod.clone(),
+            pod: Arc::clone(pod),
             job: if managed || status != TaskStatus::Pending { job } else { None },
             managed,
             status,

@@ -10,7 +10,8 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::quantity::{QuantityError, QuantityUnit, parse_quantity};
 
@@ -24,8 +25,21 @@ pub const PODS: &str = "pods";
 pub const GPU: &str = "nvidia.com/gpu";
 
 impl ResourceName {
+    /// Interns the name: equal names share one allocation, so the hot comparisons in
+    /// [`Resources`] are pointer comparisons. The set of resource names in a cluster is small
+    /// (a few dozen), so the interner never grows large.
     pub fn new(name: &str) -> Self {
-        Self(Arc::from(name))
+        static INTERNED: OnceLock<Mutex<HashMap<Box<str>, Arc<str>>>> = OnceLock::new();
+        let table = INTERNED.get_or_init(|| Mutex::new(HashMap::new()));
+        // A poisoned lock only means another thread panicked while inserting; the map is
+        // still a valid cache.
+        let mut table = table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = table.get(name) {
+            return Self(existing.clone());
+        }
+        let arc: Arc<str> = Arc::from(name);
+        table.insert(Box::from(name), arc.clone());
+        Self(arc)
     }
 
     pub fn as_str(&self) -> &str {

@@ -1,4 +1,9 @@
-//! `phalanx simulate`: the scheduler on the embedded simulated cluster.
+//! `phalanx simulate`: the scheduler on the embedded simulated cluster — the built-in demo,
+//! scenario files (SCENARIOS.md), and generated workloads.
 
+pub mod demo;
 pub mod driver;
+pub mod expect;
+pub mod generated;
+pub mod scenario;
 pub mod synthetic;

@@ -1,0 +1,217 @@
+//! `phalanx simulate --scenario FILE`: load the manifests, run the scheduler on the embedded
+//! cluster, report what was placed and what stays pending and why, and check the
+//! Expectation (SCENARIOS.md is the contract).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::cluster::sim::SimCluster;
+use crate::manifest::{LoadOptions, ManifestError, Workload};
+use crate::model::{ObjectKey, PodGroupPhase};
+use crate::simulate::driver::{DriverOptions, RunOutcome, drive};
+use crate::simulate::expect::{Unmet, check};
+
+#[derive(Clone, Debug)]
+pub struct ScenarioOptions {
+    pub scheduler_name: String,
+    pub strict_config: bool,
+    pub period_ms: u64,
+}
+
+impl Default for ScenarioOptions {
+    fn default() -> Self {
+        Self {
+            scheduler_name: crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
+            strict_config: false,
+            period_ms: 1_000,
+        }
+    }
+}
+
+/// The result of one scenario run.
+#[derive(Debug)]
+pub struct ScenarioReport {
+    pub name: String,
+    pub warnings: Vec<String>,
+    pub outcome: RunOutcome,
+    pub sim: SimCluster,
+    pub unmet: Vec<Unmet>,
+    pub has_expectation: bool,
+    pub config_source: String,
+}
+
+impl ScenarioReport {
+    /// Every expectation holds and no invariant was violated.
+    pub fn passed(&self) -> bool {
+        self.unmet.is_empty()
+    }
+}
+
+/// Loads and runs a scenario given as text (`name` is used in messages).
+pub fn run_scenario(name: &str, text: &str, opts: &ScenarioOptions) -> Result<ScenarioReport, ManifestError> {
+    let load = LoadOptions {
+        scheduler_name: opts.scheduler_name.clone(),
+        strict_config: opts.strict_config,
+    };
+    let workload = crate::manifest::load_workload(text, &load).map_err(|e| e.in_file(name))?;
+    Ok(run_workload(name, workload, opts))
+}
+
+/// Runs an already loaded workload.
+pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> ScenarioReport {
+    let conf = workload.effective_scheduler_conf();
+    let config_source = if workload.scheduler_conf.is_some() {
+        "the scenario's volcano-scheduler.conf".to_string()
+    } else {
+        "the default configuration".to_string()
+    };
+    let expectation = workload.expectation.clone();
+    let mut sim = SimCluster::new(
+        workload.nodes,
+        workload.pods,
+        workload.pod_groups,
+        workload.queues,
+        workload.priority_classes,
+    );
+    let driver = DriverOptions {
+        scheduler_name: opts.scheduler_name.clone(),
+        period_ms: opts.period_ms,
+        exact_cycles: expectation.as_ref().and_then(|e| (e.cycles > 0).then_some(e.cycles)),
+        check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
+        ..DriverOptions::default()
+    };
+    let outcome = drive(&mut sim, &conf, &driver, |_| {});
+    let mut unmet = expectation.as_ref().map(|e| check(e, &sim)).unwrap_or_default();
+    for (cycle, v) in &outcome.violations {
+        unmet.push(Unmet {
+            subject: format!("invariant {} (cycle {cycle})", v.invariant),
+            expected: "to hold".into(),
+            got: v.detail.clone(),
+        });
+    }
+    if !outcome.quiescent && driver.exact_cycles.is_none() {
+        unmet.push(Unmet {
+            subject: "run".into(),
+            expected: "to become quiescent".into(),
+            got: format!("still changing after {} cycles", outcome.cycles),
+        });
+    }
+    ScenarioReport {
+        name: name.to_string(),
+        warnings: workload.warnings,
+        outcome,
+        sim,
+        unmet,
+        has_expectation: expectation.is_some(),
+        config_source,
+    }
+}
+
+/// The human report: placed gangs with their nodes, pending gangs with the reason, the
+/// invariants, and the unmet expectations.
+pub fn render(report: &ScenarioReport) -> String {
+    let mut out = String::new();
+    let sim = &report.sim;
+    let _ = writeln!(
+        out,
+        "scenario {}: {} nodes, {} pods, {} PodGroups, {} queues; scheduler config: {}",
+        report.name,
+        sim.nodes().count(),
+        sim.pods().count(),
+        sim.pod_groups().count(),
+        sim.queues().len(),
+        report.config_source
+    );
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    let _ = writeln!(
+        out,
+        "ran {} cycle(s), {} bind(s), simulated time {:.1}s{}",
+        report.outcome.cycles,
+        report.outcome.total_binds(),
+        sim.now_ms() as f64 / 1000.0,
+        if report.outcome.quiescent { " (quiescent)" } else { "" }
+    );
+
+    let mut nodes_of: BTreeMap<ObjectKey, BTreeMap<String, u32>> = BTreeMap::new();
+    let mut placed_of: BTreeMap<ObjectKey, u32> = BTreeMap::new();
+    for pod in sim.pods() {
+        let gang = pod
+            .group
+            .as_ref()
+            .map_or_else(|| pod.key.clone(), |g| ObjectKey::new(&pod.key.namespace, g));
+        if let Some(node) = &pod.node_name {
+            *nodes_of.entry(gang.clone()).or_default().entry(node.clone()).or_default() += 1;
+            *placed_of.entry(gang).or_default() += 1;
+        }
+    }
+    let pending: BTreeMap<&ObjectKey, &String> = report.outcome.pending.iter().map(|(k, v)| (k, v)).collect();
+
+    let _ = writeln!(out, "\nPodGroups:");
+    for group in sim.pod_groups() {
+        let total = sim
+            .pods()
+            .filter(|p| p.group.as_deref() == Some(group.key.name.as_str()) && p.key.namespace == group.key.namespace)
+            .count();
+        let placed = placed_of.get(&group.key).copied().unwrap_or(0);
+        let nodes = nodes_of
+            .get(&group.key)
+            .map(|m| {
+                m.iter()
+                    .map(|(n, c)| if *c > 1 { format!("{n}×{c}") } else { n.clone() })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "  {:<40} {:<9} {placed}/{total} placed (minMember {})",
+            group.key.to_string(),
+            group.status.phase.as_str(),
+            group.min_member
+        );
+        if !nodes.is_empty() {
+            let _ = write!(out, " on {nodes}");
+        }
+        let _ = writeln!(out);
+        if let Some(why) = pending.get(&group.key) {
+            let _ = writeln!(out, "      pending: {why}");
+        } else if group.status.phase == PodGroupPhase::Pending
+            && let Some(c) = group.status.conditions.last()
+        {
+            let _ = writeln!(out, "      {}: {}", c.kind, c.message);
+        }
+    }
+    let singles: Vec<_> = report
+        .outcome
+        .pending
+        .iter()
+        .filter(|(k, _)| sim.pod_group(k).is_none())
+        .collect();
+    if !singles.is_empty() {
+        let _ = writeln!(out, "\nPods without a PodGroup still pending:");
+        for (key, why) in singles {
+            let _ = writeln!(out, "  {key}: {why}");
+        }
+    }
+
+    let _ = writeln!(out);
+    if report.outcome.violations.is_empty() {
+        let _ = writeln!(
+            out,
+            "invariants: I1 no double-booking, I2 gang atomicity, I3 no lost placement held after every cycle (I4 fencing needs the replicated ledger)"
+        );
+    }
+    if report.has_expectation || !report.unmet.is_empty() {
+        if report.unmet.is_empty() {
+            let _ = writeln!(out, "expectations: all hold");
+        } else {
+            let _ = writeln!(out, "UNMET ({}):", report.unmet.len());
+            for u in &report.unmet {
+                let _ = writeln!(out, "  - {u}");
+            }
+        }
+    }
+    out
+}
