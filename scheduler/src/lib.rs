@@ -9,5 +9,6 @@
 //! - [`cluster`]: the [`cluster::Cluster`] seam, with the embedded simulator behind it;
 //! - [`simulate`]: the `phalanx simulate` driver (scenarios, the demo, synthetic runs).
 
-pub mod model;
 pub mod framework;
+pub mod manifest;
+pub mod model;
