@@ -1,0 +1,203 @@
+//! Checks across the whole input, once every document is read.
+//!
+//! Sums: the scheduler adds resources with saturating arithmetic and relies on the totals
+//! of node allocatable and of pod requests fitting in `i64`, so a total that does not is an
+//! error naming the object where it overflows. References (a pod's PodGroup, a PodGroup's
+//! queue, PriorityClass names, nodes an Expectation names) are not errors: the scheduler
+//! reports such objects as pending with a reason, and the loader warns.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::error::{ManifestError, Problem};
+use super::load::{Loader, Origin};
+use super::workload::Workload;
+use crate::model::{ObjectKey, ResourceName, Resources};
+
+/// Errors when a total of node allocatable or of pod requests passes `i64::MAX`.
+pub(crate) fn check_sums_fit(loader: &Loader<'_>) -> Result<(), ManifestError> {
+    let nodes = loader
+        .out
+        .nodes
+        .iter()
+        .map(|n| (("Node", n.name.clone()), &n.allocatable, n.max_pods));
+    running_sums(loader, nodes, "allocatable")?;
+    let pods = loader
+        .out
+        .pods
+        .iter()
+        .map(|p| (("Pod", p.key.to_string()), &p.requests, 0));
+    running_sums(loader, pods, "requested")
+}
+
+fn running_sums<'a>(
+    loader: &Loader<'_>,
+    items: impl Iterator<Item = ((&'static str, String), &'a Resources, i64)>,
+    what: &str,
+) -> Result<(), ManifestError> {
+    let mut totals: BTreeMap<ResourceName, i64> = BTreeMap::new();
+    let mut pods_total: i64 = 0;
+    for (origin_key, resources, max_pods) in items {
+        let overflow = |name: &str| {
+            let origin = loader
+                .origins
+                .get(&origin_key)
+                .cloned()
+                .unwrap_or_else(|| Origin {
+                    at: Default::default(),
+                    object: format!("{} {}", origin_key.0, origin_key.1),
+                });
+            let problem = Problem::Invalid(format!(
+                "the total {name} {what} over all {}s passes 9223372036854775807 here; phalanx needs every total to fit in 64 bits",
+                origin_key.0
+            ));
+            ManifestError::new(origin.at, Some(origin.object), problem)
+        };
+        for (name, amount) in resources.iter() {
+            let total = totals.entry(name.clone()).or_insert(0);
+            *total = total
+                .checked_add(amount)
+                .ok_or_else(|| overflow(name.as_str()))?;
+        }
+        pods_total = pods_total
+            .checked_add(max_pods)
+            .ok_or_else(|| overflow("pods"))?;
+    }
+    Ok(())
+}
+
+/// Warns about references to objects the input does not declare.
+pub(crate) fn warn_about_references(
+    out: &mut Workload,
+    origins: &BTreeMap<(&'static str, String), Origin>,
+) {
+    let mut warnings = Vec::new();
+    let mut say = |kind: &'static str, key: String, message: String| {
+        let prefix = origins.get(&(kind, key.clone())).map_or_else(
+            || format!("{kind} {key}"),
+            |o| format!("{}, {}", o.at, o.object),
+        );
+        warnings.push(format!("{prefix}: {message}"));
+    };
+    let groups: BTreeSet<String> = out.pod_groups.iter().map(|g| g.key.to_string()).collect();
+    let queues: BTreeSet<&str> = out.queues.iter().map(|q| q.name.as_str()).collect();
+    let classes: BTreeSet<&str> = out
+        .priority_classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let nodes: BTreeSet<&str> = out.nodes.iter().map(|n| n.name.as_str()).collect();
+    for pod in &out.pods {
+        let key = pod.key.to_string();
+        if let Some(group) = &pod.group {
+            let group_key = ObjectKey::new(pod.key.namespace.clone(), group.clone()).to_string();
+            if !groups.contains(&group_key) {
+                say(
+                    "Pod",
+                    key.clone(),
+                    format!(
+                        "its annotation scheduling.k8s.io/group-name names PodGroup {group_key}, which is not declared; the pod stays pending"
+                    ),
+                );
+            }
+        }
+        if let Some(pc) = pod
+            .priority_class_name
+            .as_deref()
+            .filter(|pc| !classes.contains(pc))
+        {
+            say(
+                "Pod",
+                key.clone(),
+                format!(
+                    "priorityClassName `{pc}` is not declared (Kubernetes would refuse the pod); its priority is spec.priority or 0"
+                ),
+            );
+        }
+        if let Some(node) = pod.node_name.as_deref().filter(|n| !nodes.contains(n)) {
+            say(
+                "Pod",
+                key.clone(),
+                format!("spec.nodeName names node `{node}`, which is not declared"),
+            );
+        }
+    }
+    for pg in &out.pod_groups {
+        if !queues.contains(pg.queue.as_str()) {
+            say(
+                "PodGroup",
+                pg.key.to_string(),
+                format!(
+                    "queue `{}` is not declared; the PodGroup stays pending",
+                    pg.queue
+                ),
+            );
+        }
+        if let Some(pc) = pg
+            .priority_class_name
+            .as_deref()
+            .filter(|pc| !classes.contains(pc))
+        {
+            say(
+                "PodGroup",
+                pg.key.to_string(),
+                format!("priorityClassName `{pc}` is not declared; the group's priority is 0"),
+            );
+        }
+    }
+    warnings.extend(foreign_scheduler_warnings(out));
+    warnings.extend(expectation_warnings(out, origins));
+    out.warnings.extend(warnings);
+}
+
+/// One warning per scheduler name other than phalanx's.
+fn foreign_scheduler_warnings(out: &Workload) -> Vec<String> {
+    let mut by_name: BTreeMap<&str, Vec<&ObjectKey>> = BTreeMap::new();
+    for pod in out.pods.iter().filter(|p| !out.manages(p)) {
+        by_name
+            .entry(pod.scheduler_name.as_str())
+            .or_default()
+            .push(&pod.key);
+    }
+    by_name
+        .into_iter()
+        .map(|(name, pods)| {
+            format!(
+                "{} pod(s) have schedulerName `{name}` (first: {}); phalanx answers to `{}`, so it accounts for them but never places them",
+                pods.len(),
+                pods[0],
+                out.scheduler_name
+            )
+        })
+        .collect()
+}
+
+fn expectation_warnings(
+    out: &Workload,
+    origins: &BTreeMap<(&'static str, String), Origin>,
+) -> Vec<String> {
+    let Some(expectation) = &out.expectation else {
+        return Vec::new();
+    };
+    let prefix = origins.get(&("Expectation", String::new())).map_or_else(
+        || "Expectation".to_string(),
+        |o| format!("{}, {}", o.at, o.object),
+    );
+    let pods: BTreeSet<&ObjectKey> = out.pods.iter().map(|p| &p.key).collect();
+    let groups: BTreeSet<&ObjectKey> = out.pod_groups.iter().map(|g| &g.key).collect();
+    let mut warnings = Vec::new();
+    for key in expectation.pods.keys().filter(|k| !pods.contains(k)) {
+        warnings.push(format!(
+            "{prefix}: spec.pods names pod {key}, which is not declared"
+        ));
+    }
+    for key in expectation
+        .pod_groups
+        .keys()
+        .filter(|k| !groups.contains(k))
+    {
+        warnings.push(format!(
+            "{prefix}: spec.podGroups names PodGroup {key}, which is not declared"
+        ));
+    }
+    warnings
+}

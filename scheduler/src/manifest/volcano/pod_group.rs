@@ -1,0 +1,172 @@
+//! `scheduling.volcano.sh/v1beta1 PodGroup`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+
+use super::{MAX_MIN_MEMBER, NetworkTopologySpec};
+use crate::manifest::convert::{ResourceList, resources_from_k8s};
+use crate::manifest::error::FieldError;
+use crate::model::{DEFAULT_QUEUE, ObjectKey, PodGroup, PodGroupPhase, PodGroupStatus};
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct VolcanoPodGroup {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<PodGroupSpec>,
+    pub status: Option<VolcanoPodGroupStatus>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    pub min_member: Option<i32>,
+    pub min_task_member: Option<BTreeMap<String, i32>>,
+    pub queue: Option<String>,
+    pub priority_class_name: Option<String>,
+    pub min_resources: Option<MinResources>,
+    pub network_topology: Option<NetworkTopologySpec>,
+    pub sub_group_policy: Option<Vec<SubGroupPolicySpec>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubGroupPolicySpec {
+    pub name: Option<String>,
+    pub network_topology: Option<NetworkTopologySpec>,
+    pub sub_group_size: Option<i32>,
+    pub min_sub_groups: Option<i32>,
+    pub label_selector: Option<LabelSelector>,
+    pub match_label_keys: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct VolcanoPodGroupStatus {
+    pub phase: Option<String>,
+    pub running: Option<i32>,
+    pub succeeded: Option<i32>,
+    pub failed: Option<i32>,
+}
+
+/// `spec.minResources`: Volcano's is a plain ResourceList (`{nvidia.com/gpu: 11}`); the
+/// nested `{requests: {...}}` spelling (seen in the wild, and in the seed fixture) is read
+/// too, and remembered so the loader can warn about it.
+#[derive(Clone, Debug, Default)]
+pub struct MinResources {
+    pub list: ResourceList,
+    pub nested_requests: bool,
+}
+
+impl<'de> Deserialize<'de> for MinResources {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MinResources;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a resource list such as {cpu: 4, nvidia.com/gpu: 2}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MinResources, A::Error> {
+                let mut out = MinResources::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "requests" {
+                        let nested: Option<ResourceList> = map.next_value()?;
+                        out.list.extend(nested.unwrap_or_default());
+                        out.nested_requests = true;
+                    } else {
+                        let value = map.next_value()?;
+                        out.list.insert(key, value);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+const PHASES: &[&str] = &["Pending", "Inqueue", "Running", "Completed", "Unknown"];
+
+/// Converts a PodGroup; `warnings` gets what is read but not acted on.
+pub fn pod_group_from_volcano(
+    pg: &VolcanoPodGroup,
+    warnings: &mut Vec<String>,
+) -> Result<PodGroup, FieldError> {
+    let name = crate::manifest::convert::required_name(pg.metadata.name.as_ref())?;
+    let namespace = pg
+        .metadata
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let spec = pg.spec.clone().unwrap_or_default();
+    let min_member = spec.min_member.unwrap_or(1);
+    if !(1..=MAX_MIN_MEMBER).contains(&min_member) {
+        return Err(FieldError::new(
+            "spec.minMember",
+            format!("{min_member} is not in 1..={MAX_MIN_MEMBER}; a gang needs at least one pod"),
+        ));
+    }
+    let mut out = PodGroup::new(ObjectKey::new(namespace, name), min_member as u32);
+    for (task, count) in spec.min_task_member.unwrap_or_default() {
+        let count = u32::try_from(count).map_err(|_| {
+            FieldError::new(
+                format!("spec.minTaskMember.{task}"),
+                format!("{count} is negative"),
+            )
+        })?;
+        out.min_task_member.insert(task, count);
+    }
+    if let Some(min) = &spec.min_resources {
+        let path = if min.nested_requests {
+            "spec.minResources.requests"
+        } else {
+            "spec.minResources"
+        };
+        out.min_resources = Some(resources_from_k8s(&min.list, path)?);
+        if min.nested_requests {
+            warnings.push(
+                "spec.minResources is written as {requests: {...}}; Volcano expects a plain resource list \
+                 (e.g. minResources: {nvidia.com/gpu: 11}) and kubectl would reject this spelling; phalanx reads \
+                 the nested list"
+                    .to_string(),
+            );
+        }
+    }
+    out.queue = spec
+        .queue
+        .filter(|q| !q.is_empty())
+        .unwrap_or_else(|| DEFAULT_QUEUE.to_string());
+    out.priority_class_name = spec.priority_class_name.filter(|p| !p.is_empty());
+    out.annotations = pg.metadata.annotations.clone().unwrap_or_default();
+    if spec.network_topology.is_some() || spec.sub_group_policy.is_some() {
+        warnings.push("spec.networkTopology / spec.subGroupPolicy are read but phalanx does not schedule by network topology".into());
+    }
+    out.status = status(pg.status.as_ref())?;
+    Ok(out)
+}
+
+fn status(status: Option<&VolcanoPodGroupStatus>) -> Result<PodGroupStatus, FieldError> {
+    let Some(status) = status else {
+        return Ok(PodGroupStatus::default());
+    };
+    let phase = match status.phase.as_deref() {
+        None | Some("") => PodGroupPhase::Pending,
+        Some(text) => PodGroupPhase::parse(text).ok_or_else(|| {
+            FieldError::not_one_of("status.phase", text, "PodGroup phase", PHASES)
+        })?,
+    };
+    let count = |v: Option<i32>, field: &str| {
+        u32::try_from(v.unwrap_or(0))
+            .map_err(|_| FieldError::new(format!("status.{field}"), "must not be negative"))
+    };
+    Ok(PodGroupStatus {
+        phase,
+        running: count(status.running, "running")?,
+        succeeded: count(status.succeeded, "succeeded")?,
+        failed: count(status.failed, "failed")?,
+        conditions: Vec::new(),
+    })
+}
