@@ -112,11 +112,17 @@ impl Placer {
         if tasks.is_empty() {
             return false;
         }
-        if let Some(reason) = cannot_fit_anywhere(session, job, &tasks) {
+        // Only the latest attempt's reasons describe the job now.
+        session.state.jobs[job].fit_errors.clear();
+        // The fast refusals below reason about the members a gang still needs; they apply
+        // only while the plugins say the job is not ready (with gang scheduling off, every
+        // job is "ready" and each pod is placed on its own).
+        let gang_incomplete = !session.plugins.job_ready(&session.state, job);
+        if gang_incomplete && let Some(reason) = cannot_fit_anywhere(session, job, &tasks) {
             session.state.jobs[job].fit_errors.add_job_reason(reason);
             return false;
         }
-        let single_key = single_placement_key(session, &tasks);
+        let single_key = single_placement_key(session, &tasks).filter(|_| gang_incomplete);
         let missing = missing_members(session, job);
         if let Some(key) = single_key
             && self.fits_at_most.get(&key).is_some_and(|&most| missing > most)
@@ -156,7 +162,6 @@ impl Placer {
             }
         }
         if session.plugins.job_ready(&session.state, job) {
-            session.state.jobs[job].fit_errors.clear();
             statement.commit(session);
             return requeue;
         }

@@ -53,7 +53,10 @@ pub fn run_scenario(name: &str, text: &str, opts: &ScenarioOptions) -> Result<Sc
         scheduler_name: opts.scheduler_name.clone(),
         strict_config: opts.strict_config,
     };
-    let workload = crate::manifest::load_workload(text, &load).map_err(|e| e.in_file(name))?;
+    let workload = crate::manifest::load_workload(text, &load).map_err(|mut e| {
+        e.at.file.get_or_insert_with(|| name.to_string());
+        e
+    })?;
     Ok(run_workload(name, workload, opts))
 }
 
