@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use phalanx_scheduler::cluster::{Cluster, sim::SimCluster};
-use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::framework::SchedulerConf;
+use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
 #[derive(Parser, Debug)]
@@ -52,9 +52,17 @@ fn main() -> Result<()> {
     }
 }
 
-fn cycle(node_counts: &[usize], gpus_per_node: i64, pods: usize, repeat: usize, seed: u64) -> Result<()> {
+fn cycle(
+    node_counts: &[usize],
+    gpus_per_node: i64,
+    pods: usize,
+    repeat: usize,
+    seed: u64,
+) -> Result<()> {
     let conf = SchedulerConf::volcano_default();
-    println!("| nodes | GPUs | pending pods | gangs | placed | cycle (median of {repeat}) | pods/s |");
+    println!(
+        "| nodes | GPUs | pending pods | gangs | placed | cycle (median of {repeat}) | pods/s |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for &n in node_counts {
         let mut spec = SyntheticSpec::new(n, gpus_per_node, usize::MAX, seed);

@@ -66,7 +66,10 @@ pub fn check_no_double_booking(sim: &SimCluster) -> Vec<Violation> {
         if count > node.max_pods {
             out.push(Violation {
                 invariant: "I1 no double-booking",
-                detail: format!("node {}: {count} pods, at most {} allowed", node.name, node.max_pods),
+                detail: format!(
+                    "node {}: {count} pods, at most {} allowed",
+                    node.name, node.max_pods
+                ),
             });
         }
     }
@@ -78,7 +81,9 @@ pub fn check_gang_atomicity(sim: &SimCluster) -> Vec<Violation> {
     let mut placed: HashMap<ObjectKey, u32> = HashMap::new();
     for pod in sim.pods() {
         if let (Some(group), Some(_)) = (&pod.group, &pod.node_name) {
-            *placed.entry(ObjectKey::new(&pod.key.namespace, group)).or_default() += 1;
+            *placed
+                .entry(ObjectKey::new(&pod.key.namespace, group))
+                .or_default() += 1;
         }
     }
     let mut out = Vec::new();

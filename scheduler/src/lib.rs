@@ -9,11 +9,11 @@
 //! - [`cluster`]: the [`cluster::Cluster`] seam, with the embedded simulator behind it;
 //! - [`simulate`]: the `phalanx simulate` driver (scenarios, the demo, synthetic runs).
 
-pub mod framework;
 pub mod actions;
 pub mod cluster;
+pub mod framework;
 pub mod invariants;
-pub mod plugins;
-pub mod simulate;
 pub mod manifest;
 pub mod model;
+pub mod plugins;
+pub mod simulate;

@@ -10,7 +10,11 @@ use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
 use phalanx_scheduler::simulate::{demo, generated};
 
 #[derive(Parser, Debug)]
-#[command(name = "phalanx", version, about = "A multi-active gang scheduler for Kubernetes")]
+#[command(
+    name = "phalanx",
+    version,
+    about = "A multi-active gang scheduler for Kubernetes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,7 +69,10 @@ const EXIT_BAD_INPUT: u8 = 2;
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHALANX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match Cli::parse().command {
         Command::Simulate(args) => simulate(args),
     }

@@ -17,8 +17,9 @@ use crate::model::Resources;
 
 pub fn run(session: &mut Session) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
-    let mut per_queue: Vec<OrderedQueue<JobId>> =
-        (0..session.state.queues.len()).map(|_| OrderedQueue::new()).collect();
+    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
+        .map(|_| OrderedQueue::new())
+        .collect();
     for job in 0..session.state.jobs.len() {
         if session.state.pending_tasks(job).next().is_none() {
             continue;
@@ -34,7 +35,9 @@ pub fn run(session: &mut Session) {
             session.state.jobs[job].blocked_reason = Some(reason);
             continue;
         }
-        let queue = session.state.jobs[job].queue.expect("job_blocker rejects jobs without a queue");
+        let queue = session.state.jobs[job]
+            .queue
+            .expect("job_blocker rejects jobs without a queue");
         let (state, plugins) = (&session.state, &session.plugins);
         per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
     }
@@ -55,9 +58,10 @@ pub fn run(session: &mut Session) {
         let Some(queue) = popped else { break };
         if session.plugins.overused(&session.state, queue) {
             for job in drain(&mut per_queue[queue]) {
-                session.state.jobs[job]
-                    .fit_errors
-                    .add_job_reason(format!("queue {} has used its deserved share", session.state.queues[queue].queue.name));
+                session.state.jobs[job].fit_errors.add_job_reason(format!(
+                    "queue {} has used its deserved share",
+                    session.state.queues[queue].queue.name
+                ));
             }
             continue;
         }
@@ -125,7 +129,10 @@ impl Placer {
         let single_key = single_placement_key(session, &tasks).filter(|_| gang_incomplete);
         let missing = missing_members(session, job);
         if let Some(key) = single_key
-            && self.fits_at_most.get(&key).is_some_and(|&most| missing > most)
+            && self
+                .fits_at_most
+                .get(&key)
+                .is_some_and(|&most| missing > most)
         {
             let errors = self.picker.explain_no_fit(session, tasks[0]);
             let j = &mut session.state.jobs[job];
@@ -191,7 +198,8 @@ fn single_placement_key(session: &Session, tasks: &[TaskId]) -> Option<u64> {
 /// Members the gang still needs before it is ready.
 fn missing_members(session: &Session, job: JobId) -> u32 {
     let j = &session.state.jobs[job];
-    j.min_available().saturating_sub(j.ready_count + j.pending_best_effort)
+    j.min_available()
+        .saturating_sub(j.ready_count + j.pending_best_effort)
 }
 
 /// A quick refusal before any node is scored: the gang's missing members need more of some

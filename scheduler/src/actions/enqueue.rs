@@ -9,8 +9,9 @@ use crate::framework::{JobId, QueueId, Session};
 use crate::model::PodGroupPhase;
 
 pub fn run(session: &mut Session) {
-    let mut per_queue: Vec<OrderedQueue<JobId>> =
-        (0..session.state.queues.len()).map(|_| OrderedQueue::new()).collect();
+    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
+        .map(|_| OrderedQueue::new())
+        .collect();
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
         if !j.is_pending_phase() {

@@ -44,6 +44,10 @@ pub enum ClusterError {
 pub trait Cluster {
     fn snapshot(&self) -> ClusterSnapshot;
     fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError>;
-    fn update_pod_group_status(&mut self, key: &ObjectKey, status: &PodGroupStatus) -> Result<(), ClusterError>;
+    fn update_pod_group_status(
+        &mut self,
+        key: &ObjectKey,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError>;
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError>;
 }

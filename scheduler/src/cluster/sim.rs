@@ -49,7 +49,10 @@ impl SimCluster {
     ) -> Self {
         let mut sim = SimCluster {
             nodes: nodes.into_iter().map(Arc::new).collect(),
-            pods: pods.into_iter().map(|p| (p.key.clone(), Arc::new(p))).collect(),
+            pods: pods
+                .into_iter()
+                .map(|p| (p.key.clone(), Arc::new(p)))
+                .collect(),
             pod_groups: pod_groups.into_iter().map(|g| (g.key.clone(), g)).collect(),
             queues,
             priority_classes,
@@ -116,7 +119,10 @@ impl SimCluster {
     /// True when the pod holds a node and its work has started (its gang is complete).
     pub fn is_working(&self, pod: &ObjectKey) -> bool {
         self.work_started_ms.contains_key(pod)
-            && self.pods.get(pod).is_some_and(|p| p.phase == PodPhase::Running)
+            && self
+                .pods
+                .get(pod)
+                .is_some_and(|p| p.phase == PodPhase::Running)
     }
 
     /// Deletes a pod as an eviction does, keeping a record that it was evicted.
@@ -162,9 +168,13 @@ impl SimCluster {
         let now = self.now_ms;
         let mut finished = 0;
         for (key, start) in &self.work_started_ms {
-            let Some(pod) = self.pods.get_mut(key) else { continue };
+            let Some(pod) = self.pods.get_mut(key) else {
+                continue;
+            };
             if pod.phase == PodPhase::Running
-                && pod.sim_duration_ms.is_some_and(|d| start.saturating_add(d) <= now)
+                && pod
+                    .sim_duration_ms
+                    .is_some_and(|d| start.saturating_add(d) <= now)
             {
                 Arc::make_mut(pod).phase = PodPhase::Succeeded;
                 finished += 1;
@@ -248,11 +258,18 @@ impl Cluster for SimCluster {
         Ok(())
     }
 
-    fn update_pod_group_status(&mut self, key: &ObjectKey, status: &PodGroupStatus) -> Result<(), ClusterError> {
-        let group = self.pod_groups.get_mut(key).ok_or_else(|| ClusterError::NotFound {
-            kind: "podgroup",
-            key: key.to_string(),
-        })?;
+    fn update_pod_group_status(
+        &mut self,
+        key: &ObjectKey,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        let group = self
+            .pod_groups
+            .get_mut(key)
+            .ok_or_else(|| ClusterError::NotFound {
+                kind: "podgroup",
+                key: key.to_string(),
+            })?;
         group.status = status.clone();
         Ok(())
     }

@@ -65,27 +65,27 @@ pub struct PluginOption {
 /// inconsistent upstream: `enablePreemptable` but `enabledOverused`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HookFlags {
-    pub job_order: Option<bool>,          // enableJobOrder
-    pub namespace_order: Option<bool>,    // enableNamespaceOrder
-    pub hierarchy: Option<bool>,          // enableHierarchy
-    pub job_ready: Option<bool>,          // enableJobReady
-    pub job_pipelined: Option<bool>,      // enableJobPipelined
-    pub task_order: Option<bool>,         // enableTaskOrder
-    pub preemptable: Option<bool>,        // enablePreemptable
-    pub reclaimable: Option<bool>,        // enableReclaimable
-    pub preemptive: Option<bool>,         // enablePreemptive
-    pub queue_order: Option<bool>,        // enableQueueOrder
-    pub cluster_order: Option<bool>,      // EnabledClusterOrder
-    pub predicate: Option<bool>,          // enablePredicate
-    pub best_node: Option<bool>,          // enableBestNode
-    pub node_order: Option<bool>,         // enableNodeOrder
-    pub target_job: Option<bool>,         // enableTargetJob
-    pub reserved_nodes: Option<bool>,     // enableReservedNodes
-    pub job_enqueued: Option<bool>,       // enableJobEnqueued
-    pub victim: Option<bool>,             // enabledVictim
-    pub job_starving: Option<bool>,       // enableJobStarving
-    pub overused: Option<bool>,           // enabledOverused
-    pub allocatable: Option<bool>,        // enabledAllocatable
+    pub job_order: Option<bool>,       // enableJobOrder
+    pub namespace_order: Option<bool>, // enableNamespaceOrder
+    pub hierarchy: Option<bool>,       // enableHierarchy
+    pub job_ready: Option<bool>,       // enableJobReady
+    pub job_pipelined: Option<bool>,   // enableJobPipelined
+    pub task_order: Option<bool>,      // enableTaskOrder
+    pub preemptable: Option<bool>,     // enablePreemptable
+    pub reclaimable: Option<bool>,     // enableReclaimable
+    pub preemptive: Option<bool>,      // enablePreemptive
+    pub queue_order: Option<bool>,     // enableQueueOrder
+    pub cluster_order: Option<bool>,   // EnabledClusterOrder
+    pub predicate: Option<bool>,       // enablePredicate
+    pub best_node: Option<bool>,       // enableBestNode
+    pub node_order: Option<bool>,      // enableNodeOrder
+    pub target_job: Option<bool>,      // enableTargetJob
+    pub reserved_nodes: Option<bool>,  // enableReservedNodes
+    pub job_enqueued: Option<bool>,    // enableJobEnqueued
+    pub victim: Option<bool>,          // enabledVictim
+    pub job_starving: Option<bool>,    // enableJobStarving
+    pub overused: Option<bool>,        // enabledOverused
+    pub allocatable: Option<bool>,     // enabledAllocatable
 }
 
 /// Plugin or action arguments: Volcano passes them as strings (`binpack.weight: 10`).
@@ -94,7 +94,9 @@ pub type Arguments = BTreeMap<String, String>;
 /// Reads a typed argument; a value that does not parse is reported by the validator, so
 /// here it falls back to the default.
 pub fn argument<T: std::str::FromStr>(args: &Arguments, key: &str, default: T) -> T {
-    args.get(key).and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+    args.get(key)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
 }
 
 impl SchedulerConf {

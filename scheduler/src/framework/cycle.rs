@@ -6,16 +6,20 @@
 
 use crate::actions;
 use crate::cluster::ClusterSnapshot;
+use crate::framework::SchedulerConf;
 use crate::framework::plan::{CyclePlan, Event};
 use crate::framework::session::{JobId, Session, TaskStatus};
-use crate::framework::SchedulerConf;
 use crate::model::{PodGroupCondition, PodGroupPhase, PodGroupStatus};
 
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 pub const CONDITION_UNSCHEDULABLE: &str = "Unschedulable";
 
 /// Runs one cycle and returns what to do, with the closed session for reporting.
-pub fn run_cycle(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> (CyclePlan, Session) {
+pub fn run_cycle(
+    snapshot: &ClusterSnapshot,
+    conf: &SchedulerConf,
+    scheduler_name: &str,
+) -> (CyclePlan, Session) {
     let mut session = Session::open(snapshot, conf, scheduler_name);
     for action in conf.actions.clone() {
         actions::run(&action, &mut session);
@@ -42,12 +46,17 @@ fn close(session: &mut Session) {
                 });
             }
             let new_condition = status.conditions.last();
-            if new_condition.map(|c| (&c.kind, &c.message)) != old.conditions.last().map(|c| (&c.kind, &c.message))
+            if new_condition.map(|c| (&c.kind, &c.message))
+                != old.conditions.last().map(|c| (&c.kind, &c.message))
                 && let Some(c) = new_condition
             {
                 session.plan.events.push(Event {
                     object: key.clone(),
-                    kind: if c.kind == CONDITION_UNSCHEDULABLE { "Warning" } else { "Normal" },
+                    kind: if c.kind == CONDITION_UNSCHEDULABLE {
+                        "Warning"
+                    } else {
+                        "Normal"
+                    },
                     reason: c.kind.clone(),
                     message: c.message.clone(),
                 });
@@ -122,12 +131,20 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
     };
 
     let condition = if unschedulable {
-        Some((CONDITION_UNSCHEDULABLE, "NotEnoughResources", reason.unwrap_or_default()))
+        Some((
+            CONDITION_UNSCHEDULABLE,
+            "NotEnoughResources",
+            reason.unwrap_or_default(),
+        ))
     } else if ready && j.ready_count > 0 {
         Some((
             CONDITION_SCHEDULED,
             "GangReady",
-            format!("{} of minMember {} pods placed", j.ready_count, j.min_available()),
+            format!(
+                "{} of minMember {} pods placed",
+                j.ready_count,
+                j.min_available()
+            ),
         ))
     } else {
         None
@@ -138,7 +155,8 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
             .last()
             .is_some_and(|c| c.kind == kind && c.reason == reason && c.message == message);
         if !same {
-            conditions.retain(|c| c.kind != CONDITION_SCHEDULED && c.kind != CONDITION_UNSCHEDULABLE);
+            conditions
+                .retain(|c| c.kind != CONDITION_SCHEDULED && c.kind != CONDITION_UNSCHEDULABLE);
             conditions.push(PodGroupCondition {
                 kind: kind.to_string(),
                 status: true,

@@ -8,11 +8,16 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Unfit {
     /// `resource` requested beyond what the node has free.
-    Insufficient { resource: String },
+    Insufficient {
+        resource: String,
+    },
     TooManyPods,
     NodeSelectorMismatch,
     NodeAffinityMismatch,
-    UntoleratedTaint { key: String, effect: &'static str },
+    UntoleratedTaint {
+        key: String,
+        effect: &'static str,
+    },
     Unschedulable,
     /// Any other plugin's refusal, with the plugin's words.
     Other(String),
@@ -23,8 +28,12 @@ impl fmt::Display for Unfit {
         match self {
             Unfit::Insufficient { resource } => write!(f, "insufficient {resource}"),
             Unfit::TooManyPods => f.write_str("too many pods"),
-            Unfit::NodeSelectorMismatch => f.write_str("node(s) didn't match the pod's node selector"),
-            Unfit::NodeAffinityMismatch => f.write_str("node(s) didn't match the pod's required node affinity"),
+            Unfit::NodeSelectorMismatch => {
+                f.write_str("node(s) didn't match the pod's node selector")
+            }
+            Unfit::NodeAffinityMismatch => {
+                f.write_str("node(s) didn't match the pod's required node affinity")
+            }
             Unfit::UntoleratedTaint { key, effect } => {
                 write!(f, "node(s) had untolerated taint {{{key}: {effect}}}")
             }

@@ -75,7 +75,11 @@ impl RankedNodes {
             self.ranked.remove(&(old, node));
         }
         if node_fits(session, self.representative, node).is_ok() {
-            let score = Score(session.plugins.node_score(&session.state, self.representative, node));
+            let score = Score(session.plugins.node_score(
+                &session.state,
+                self.representative,
+                node,
+            ));
             self.ranked.insert((score, node));
             self.score_of.insert(node, score);
         }
@@ -147,7 +151,8 @@ impl NodePicker {
             return errors.clone();
         }
         let errors = explain_no_fit(session, task);
-        self.explained.insert(key, (self.changes.len(), errors.clone()));
+        self.explained
+            .insert(key, (self.changes.len(), errors.clone()));
         errors
     }
 

@@ -103,7 +103,11 @@ impl PluginSet {
         }
     }
 
-    fn first_opinion(&self, flag: impl Fn(&HookFlags) -> Option<bool>, cmp: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {
+    fn first_opinion(
+        &self,
+        flag: impl Fn(&HookFlags) -> Option<bool>,
+        cmp: impl Fn(&dyn Plugin) -> Ordering,
+    ) -> Ordering {
         self.entries()
             .filter(|e| on(flag(&e.hooks)))
             .map(|e| cmp(e.plugin.as_ref()))
@@ -116,7 +120,9 @@ impl PluginSet {
         self.first_opinion(|h| h.job_order, |p| p.job_order(state, a, b))
             .then_with(|| {
                 let (ja, jb) = (&state.jobs[a].pod_group, &state.jobs[b].pod_group);
-                ja.creation_index.cmp(&jb.creation_index).then_with(|| ja.key.cmp(&jb.key))
+                ja.creation_index
+                    .cmp(&jb.creation_index)
+                    .then_with(|| ja.key.cmp(&jb.key))
             })
     }
 
@@ -124,7 +130,9 @@ impl PluginSet {
         self.first_opinion(|h| h.queue_order, |p| p.queue_order(state, a, b))
             .then_with(|| {
                 let (qa, qb) = (&state.queues[a].queue, &state.queues[b].queue);
-                qa.creation_index.cmp(&qb.creation_index).then_with(|| qa.name.cmp(&qb.name))
+                qa.creation_index
+                    .cmp(&qb.creation_index)
+                    .then_with(|| qa.name.cmp(&qb.name))
             })
     }
 
@@ -132,7 +140,9 @@ impl PluginSet {
         self.first_opinion(|h| h.task_order, |p| p.task_order(state, a, b))
             .then_with(|| {
                 let (pa, pb) = (&state.tasks[a].pod, &state.tasks[b].pod);
-                pa.creation_index.cmp(&pb.creation_index).then_with(|| pa.key.cmp(&pb.key))
+                pa.creation_index
+                    .cmp(&pb.creation_index)
+                    .then_with(|| pa.key.cmp(&pb.key))
             })
     }
 
@@ -160,7 +170,11 @@ impl PluginSet {
             .all(|e| e.plugin.job_ready(state, job) != Some(false))
     }
 
-    fn tiered_vote(&self, flag: impl Fn(&HookFlags) -> Option<bool>, vote: impl Fn(&dyn Plugin) -> Vote) -> bool {
+    fn tiered_vote(
+        &self,
+        flag: impl Fn(&HookFlags) -> Option<bool>,
+        vote: impl Fn(&dyn Plugin) -> Vote,
+    ) -> bool {
         for tier in &self.tiers {
             let mut permitted = false;
             for e in tier.iter().filter(|e| on(flag(&e.hooks))) {

@@ -44,7 +44,10 @@ impl TaskStatus {
 
     /// Counts towards a gang's readiness (Volcano's "allocated" statuses plus Succeeded).
     pub fn is_ready(self) -> bool {
-        matches!(self, Self::Allocated | Self::Bound | Self::Running | Self::Succeeded)
+        matches!(
+            self,
+            Self::Allocated | Self::Bound | Self::Running | Self::Succeeded
+        )
     }
 }
 
@@ -324,7 +327,12 @@ impl SessionState {
         id
     }
 
-    fn add_task(&mut self, pod: &Arc<Pod>, scheduler_name: &str, job_index: &mut HashMap<ObjectKey, JobId>) {
+    fn add_task(
+        &mut self,
+        pod: &Arc<Pod>,
+        scheduler_name: &str,
+        job_index: &mut HashMap<ObjectKey, JobId>,
+    ) {
         if pod.is_terminated() && pod.group.is_none() {
             return; // A finished pod outside any gang matters to nobody.
         }
@@ -336,9 +344,14 @@ impl SessionState {
             (_, Some(_)) => TaskStatus::Bound,
             (_, None) => TaskStatus::Pending,
         };
-        let node = pod.node_name.as_ref().and_then(|n| self.node_index.get(n).copied());
+        let node = pod
+            .node_name
+            .as_ref()
+            .and_then(|n| self.node_index.get(n).copied());
         let job = match &pod.group {
-            Some(group) => job_index.get(&ObjectKey::new(&pod.key.namespace, group)).copied(),
+            Some(group) => job_index
+                .get(&ObjectKey::new(&pod.key.namespace, group))
+                .copied(),
             None if managed && status == TaskStatus::Pending => {
                 // A managed pod without a PodGroup is a gang of one.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);
@@ -356,7 +369,11 @@ impl SessionState {
         let id = self.tasks.len();
         self.tasks.push(TaskInfo {
             pod: Arc::clone(pod),
-            job: if managed || status != TaskStatus::Pending { job } else { None },
+            job: if managed || status != TaskStatus::Pending {
+                job
+            } else {
+                None
+            },
             managed,
             status,
             node,
@@ -403,7 +420,11 @@ impl SessionState {
 
     fn allocate(&mut self, task: TaskId, node: NodeId) {
         let t = &mut self.tasks[task];
-        debug_assert_eq!(t.status, TaskStatus::Pending, "only pending tasks are allocated");
+        debug_assert_eq!(
+            t.status,
+            TaskStatus::Pending,
+            "only pending tasks are allocated"
+        );
         let best_effort = t.is_best_effort();
         t.status = TaskStatus::Allocated;
         t.node = Some(node);
@@ -426,7 +447,11 @@ impl SessionState {
 
     fn deallocate(&mut self, task: TaskId) {
         let t = &mut self.tasks[task];
-        debug_assert_eq!(t.status, TaskStatus::Allocated, "only this cycle's allocations are undone");
+        debug_assert_eq!(
+            t.status,
+            TaskStatus::Allocated,
+            "only this cycle's allocations are undone"
+        );
         let best_effort = t.is_best_effort();
         let node = t.node.take().expect("an allocated task has a node");
         t.status = TaskStatus::Pending;

@@ -18,7 +18,9 @@ pub use priority_class::PriorityClass;
 pub use quantity::{QuantityError, QuantityUnit, parse_quantity};
 pub use queue::{Queue, QueueState};
 pub use resources::{ResourceName, Resources};
-pub use selector::{NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm, Toleration, TolerationOperator};
+pub use selector::{
+    NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm, Toleration, TolerationOperator,
+};
 
 use std::fmt;
 

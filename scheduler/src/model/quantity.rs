@@ -105,7 +105,8 @@ impl ParsedQuantity {
         // A leading zero that was skipped after the dot still moved the exponent; that is
         // right: "0.05" is digits [5] with exp10 -2.
         let suffix = &text[pos..];
-        let (suffix_exp10, exp2) = parse_suffix(suffix).ok_or_else(|| malformed("unknown suffix"))?;
+        let (suffix_exp10, exp2) =
+            parse_suffix(suffix).ok_or_else(|| malformed("unknown suffix"))?;
         exp10 = exp10
             .checked_add(suffix_exp10)
             .ok_or_else(|| malformed("exponent out of range"))?;
@@ -149,7 +150,10 @@ impl ParsedQuantity {
         let mut dropped_nonzero = false;
         let mut dropped_digits: i64 = 0;
         for &d in &self.digits {
-            match mantissa.checked_mul(10).and_then(|m| m.checked_add(u128::from(d))) {
+            match mantissa
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(u128::from(d)))
+            {
                 Some(m) if m <= u128::from(u64::MAX) << 40 => mantissa = m,
                 _ => {
                     dropped_digits += 1;
@@ -301,13 +305,12 @@ mod tests {
 
     #[test]
     fn hostile_quantities_are_errors_that_quote_the_text() {
-        for (text, unit) in [
-            ("-1", WholeCount),
-            ("-1E30", Milli),
-            ("-0.5", Bytes),
-        ] {
+        for (text, unit) in [("-1", WholeCount), ("-1E30", Milli), ("-0.5", Bytes)] {
             let err = parse_quantity(text, unit).unwrap_err();
-            assert!(matches!(err, QuantityError::Negative { .. }), "{text}: {err}");
+            assert!(
+                matches!(err, QuantityError::Negative { .. }),
+                "{text}: {err}"
+            );
             assert!(err.to_string().contains(text));
         }
         for (text, unit) in [
@@ -319,11 +322,19 @@ mod tests {
             ("8Ei", Bytes),
         ] {
             let err = parse_quantity(text, unit).unwrap_err();
-            assert!(matches!(err, QuantityError::TooLarge { .. }), "{text}: {err}");
+            assert!(
+                matches!(err, QuantityError::TooLarge { .. }),
+                "{text}: {err}"
+            );
         }
-        for text in ["abc", "", "1.2.3", "1Gb", "e3", "1e", "1e+", "--1", "1 Gi", "Gi", "."] {
+        for text in [
+            "abc", "", "1.2.3", "1Gb", "e3", "1e", "1e+", "--1", "1 Gi", "Gi", ".",
+        ] {
             let err = parse_quantity(text, Bytes).unwrap_err();
-            assert!(matches!(err, QuantityError::Malformed { .. }), "{text:?}: {err}");
+            assert!(
+                matches!(err, QuantityError::Malformed { .. }),
+                "{text:?}: {err}"
+            );
         }
     }
 

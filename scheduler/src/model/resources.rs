@@ -9,8 +9,8 @@
 //! (missing = 0: requests, usage) and as a limit (missing = unlimited: queue capability).
 
 use std::cmp::Ordering;
-use std::fmt;
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::quantity::{QuantityError, QuantityUnit, parse_quantity};
@@ -122,8 +122,7 @@ impl Resources {
     ) -> Result<Self, (String, QuantityError)> {
         let mut out = Self::new();
         for (name, text) in list {
-            let amount =
-                parse_quantity(text, unit_of(name)).map_err(|e| (name.to_string(), e))?;
+            let amount = parse_quantity(text, unit_of(name)).map_err(|e| (name.to_string(), e))?;
             out.set(&ResourceName::new(name), amount);
         }
         Ok(out)
@@ -393,7 +392,14 @@ pub fn format_amount(name: &str, v: i64) -> String {
         QuantityUnit::Milli if v % 1000 == 0 => format!("{}", v / 1000),
         QuantityUnit::Milli => format!("{v}m"),
         QuantityUnit::Bytes => {
-            for (shift, suffix) in [(60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+            for (shift, suffix) in [
+                (60, "Ei"),
+                (50, "Pi"),
+                (40, "Ti"),
+                (30, "Gi"),
+                (20, "Mi"),
+                (10, "Ki"),
+            ] {
                 if v != 0 && v % (1i64 << shift) == 0 {
                     return format!("{}{suffix}", v >> shift);
                 }

@@ -126,7 +126,10 @@ impl Toleration {
 }
 
 /// The first taint with effect NoSchedule or NoExecute that no toleration tolerates.
-pub fn first_untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+pub fn first_untolerated_taint<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+) -> Option<&'a Taint> {
     taints.iter().find(|t| {
         t.effect != TaintEffect::PreferNoSchedule && !tolerations.iter().any(|tol| tol.tolerates(t))
     })
@@ -157,7 +160,10 @@ mod tests {
     fn selector_operators_follow_kubernetes() {
         use NodeSelectorOperator::*;
         let n = node(&[("zone", "a"), ("gpus", "8")]);
-        let term = |r| NodeSelectorTerm { match_expressions: vec![r], match_fields: vec![] };
+        let term = |r| NodeSelectorTerm {
+            match_expressions: vec![r],
+            match_fields: vec![],
+        };
         assert!(term(req("zone", In, &["a", "b"])).matches(&n));
         assert!(!term(req("zone", NotIn, &["a"])).matches(&n));
         assert!(term(req("rack", NotIn, &["a"])).matches(&n));
@@ -167,22 +173,48 @@ mod tests {
         assert!(!term(req("gpus", Lt, &["4"])).matches(&n));
         assert!(!term(req("zone", Gt, &["4"])).matches(&n));
         assert!(!NodeSelectorTerm::default().matches(&n));
-        let by_name = NodeSelectorTerm { match_expressions: vec![], match_fields: vec![req("metadata.name", In, &["n1"])] };
+        let by_name = NodeSelectorTerm {
+            match_expressions: vec![],
+            match_fields: vec![req("metadata.name", In, &["n1"])],
+        };
         assert!(by_name.matches(&n));
     }
 
     #[test]
     fn tolerations_follow_kubernetes() {
-        let taint = Taint { key: "gpu".into(), value: "a100".into(), effect: TaintEffect::NoSchedule };
-        let exists_all = Toleration { key: String::new(), operator: TolerationOperator::Exists, value: String::new(), effect: None };
-        let equal = Toleration { key: "gpu".into(), operator: TolerationOperator::Equal, value: "a100".into(), effect: Some(TaintEffect::NoSchedule) };
-        let wrong_value = Toleration { value: "h100".into(), ..equal.clone() };
-        let wrong_effect = Toleration { effect: Some(TaintEffect::NoExecute), ..equal.clone() };
+        let taint = Taint {
+            key: "gpu".into(),
+            value: "a100".into(),
+            effect: TaintEffect::NoSchedule,
+        };
+        let exists_all = Toleration {
+            key: String::new(),
+            operator: TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+        };
+        let equal = Toleration {
+            key: "gpu".into(),
+            operator: TolerationOperator::Equal,
+            value: "a100".into(),
+            effect: Some(TaintEffect::NoSchedule),
+        };
+        let wrong_value = Toleration {
+            value: "h100".into(),
+            ..equal.clone()
+        };
+        let wrong_effect = Toleration {
+            effect: Some(TaintEffect::NoExecute),
+            ..equal.clone()
+        };
         assert!(exists_all.tolerates(&taint));
         assert!(equal.tolerates(&taint));
         assert!(!wrong_value.tolerates(&taint));
         assert!(!wrong_effect.tolerates(&taint));
-        let soft = Taint { effect: TaintEffect::PreferNoSchedule, ..taint.clone() };
+        let soft = Taint {
+            effect: TaintEffect::PreferNoSchedule,
+            ..taint.clone()
+        };
         assert!(first_untolerated_taint(&[soft], &[]).is_none());
         assert!(first_untolerated_taint(std::slice::from_ref(&taint), &[]).is_some());
     }

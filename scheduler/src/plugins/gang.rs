@@ -68,7 +68,11 @@ impl Plugin for GangPlugin {
     }
 
     fn job_pipelined(&self, state: &SessionState, job: JobId) -> Vote {
-        if is_ready(state, job) { Vote::Permit } else { Vote::Reject }
+        if is_ready(state, job) {
+            Vote::Permit
+        } else {
+            Vote::Reject
+        }
     }
 
     fn job_starving(&self, state: &SessionState, job: JobId) -> Option<bool> {

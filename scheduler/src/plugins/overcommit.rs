@@ -18,7 +18,11 @@ pub struct OvercommitPlugin {
 impl OvercommitPlugin {
     pub fn new(args: &Arguments) -> Self {
         let factor: f64 = argument(args, "overcommit-factor", 1.2);
-        let factor = if factor.is_finite() && factor >= 1.0 { factor } else { 1.2 };
+        let factor = if factor.is_finite() && factor >= 1.0 {
+            factor
+        } else {
+            1.2
+        };
         Self {
             factor_milli: (factor * 1000.0).round() as i64,
             idle: Resources::new(),
@@ -37,7 +41,9 @@ impl Plugin for OvercommitPlugin {
         self.idle.sub(&state.total_used);
         self.inqueue = Resources::new();
         for job in &state.jobs {
-            let Some(min) = job.min_resources() else { continue };
+            let Some(min) = job.min_resources() else {
+                continue;
+            };
             // Admitted gangs that have not yet got their minimum hold a claim on the rest.
             if matches!(job.phase, PodGroupPhase::Inqueue | PodGroupPhase::Running) {
                 let mut missing = min.clone();

@@ -99,7 +99,9 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
     for (qid, q) in state.queues.iter().enumerate() {
         if let Some(fixed) = &q.queue.deserved {
             let s = &mut shares[qid];
-            s.deserved = fixed.capped_by_limit(&s.real_capability).max_amounts(&q.queue.guarantee);
+            s.deserved = fixed
+                .capped_by_limit(&s.real_capability)
+                .max_amounts(&q.queue.guarantee);
             remaining.sub_clamped(&s.deserved);
             met[qid] = true;
         }
@@ -162,7 +164,11 @@ impl Plugin for ProportionPlugin {
     }
 
     fn overused(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
-        Some(self.queues[queue].deserved.fits_in(&state.queues[queue].allocated))
+        Some(
+            self.queues[queue]
+                .deserved
+                .fits_in(&state.queues[queue].allocated),
+        )
     }
 
     fn allocatable(&self, state: &SessionState, queue: QueueId, task: TaskId) -> Option<bool> {

@@ -73,7 +73,11 @@ pub fn run_once(label: &'static str, conf: &SchedulerConf, gang: bool) -> anyhow
         }
     }
     let gpus_total: i64 = workload.nodes.iter().map(|n| n.allocatable.gpus()).sum();
-    let groups: Vec<(ObjectKey, u32)> = workload.pod_groups.iter().map(|g| (g.key.clone(), g.min_member)).collect();
+    let groups: Vec<(ObjectKey, u32)> = workload
+        .pod_groups
+        .iter()
+        .map(|g| (g.key.clone(), g.min_member))
+        .collect();
     let mut sim = SimCluster::new(
         workload.nodes,
         workload.pods,
@@ -97,7 +101,10 @@ pub fn run_once(label: &'static str, conf: &SchedulerConf, gang: bool) -> anyhow
     let mut partial = Vec::new();
     let mut finished = 0;
     for (key, min) in &groups {
-        let pods: Vec<_> = sim.pods().filter(|p| p.group.as_deref() == Some(key.name.as_str())).collect();
+        let pods: Vec<_> = sim
+            .pods()
+            .filter(|p| p.group.as_deref() == Some(key.name.as_str()))
+            .collect();
         let placed = pods.iter().filter(|p| p.node_name.is_some()).count();
         let done = pods.iter().filter(|p| p.is_terminated()).count();
         if done >= *min as usize {
@@ -108,7 +115,10 @@ pub fn run_once(label: &'static str, conf: &SchedulerConf, gang: bool) -> anyhow
                 .filter(|p| p.occupies_node())
                 .map(|p| p.requests.gpus())
                 .sum();
-            partial.push(format!("{} holds {gpus} GPUs with {placed} of {min} pods", key.name));
+            partial.push(format!(
+                "{} holds {gpus} GPUs with {placed} of {min} pods",
+                key.name
+            ));
         }
     }
     Ok(DemoRow {
@@ -144,18 +154,29 @@ fn first_cycle_gpus(conf: &SchedulerConf, gang: bool) -> anyhow::Result<i64> {
         ..DriverOptions::default()
     };
     drive(&mut sim, conf, &driver, |_| {});
-    Ok(sim.pods().filter(|p| p.occupies_node()).map(|p| p.requests.gpus()).sum())
+    Ok(sim
+        .pods()
+        .filter(|p| p.occupies_node())
+        .map(|p| p.requests.gpus())
+        .sum())
 }
 
 /// The two configurations the demo compares.
 pub fn configurations() -> [(&'static str, SchedulerConf, bool); 2] {
     let without_gang = SchedulerConf::from_names(
         &["allocate", "backfill"],
-        &[&["priority", "conformance"], &["drf", "predicates", "proportion", "nodeorder"]],
+        &[
+            &["priority", "conformance"],
+            &["drf", "predicates", "proportion", "nodeorder"],
+        ],
     );
     [
         ("pod by pod (gang off)", without_gang, false),
-        ("phalanx gang (default)", SchedulerConf::volcano_default(), true),
+        (
+            "phalanx gang (default)",
+            SchedulerConf::volcano_default(),
+            true,
+        ),
     ]
 }
 

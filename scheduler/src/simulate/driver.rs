@@ -97,7 +97,8 @@ pub fn drive(
             .status_updates
             .iter()
             .filter(|(key, status)| {
-                sim.pod_group(key).is_some_and(|g| g.status.phase != status.phase)
+                sim.pod_group(key)
+                    .is_some_and(|g| g.status.phase != status.phase)
             })
             .count();
         perform(sim, &plan, &mut outcome.bind_errors);
@@ -110,7 +111,9 @@ pub fn drive(
                 found.extend(invariants::check_gang_atomicity(sim));
             }
             found.extend(invariants::check_no_lost_placement(sim, &plan));
-            outcome.violations.extend(found.into_iter().map(|v| (cycle, v)));
+            outcome
+                .violations
+                .extend(found.into_iter().map(|v| (cycle, v)));
         }
         outcome.pending = session
             .state

@@ -16,7 +16,11 @@ pub struct Unmet {
 
 impl fmt::Display for Unmet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: expected {}, got {}", self.subject, self.expected, self.got)
+        write!(
+            f,
+            "{}: expected {}, got {}",
+            self.subject, self.expected, self.got
+        )
     }
 }
 
@@ -66,7 +70,10 @@ pub fn check(expectation: &Expectation, sim: &SimCluster) -> Vec<Unmet> {
             unmet.push(Unmet {
                 subject: format!("podGroup {key}"),
                 expected: format!("phase {}", phase.as_str()),
-                got: got.map_or_else(|| "no such PodGroup in the scenario".into(), |p| format!("phase {}", p.as_str())),
+                got: got.map_or_else(
+                    || "no such PodGroup in the scenario".into(),
+                    |p| format!("phase {}", p.as_str()),
+                ),
             });
         }
     }

@@ -12,9 +12,17 @@ use crate::framework::SchedulerConf;
 use crate::simulate::driver::{DriverOptions, drive};
 use crate::simulate::synthetic::{SyntheticSpec, generate};
 
-pub fn run(spec: &SyntheticSpec, conf: &SchedulerConf, show_progress: bool) -> anyhow::Result<String> {
+pub fn run(
+    spec: &SyntheticSpec,
+    conf: &SchedulerConf,
+    show_progress: bool,
+) -> anyhow::Result<String> {
     let workload = generate(spec);
-    let (nodes, pods, groups) = (workload.nodes.len(), workload.pods.len(), workload.pod_groups.len());
+    let (nodes, pods, groups) = (
+        workload.nodes.len(),
+        workload.pods.len(),
+        workload.pod_groups.len(),
+    );
     let gpus: i64 = workload.nodes.iter().map(|n| n.allocatable.gpus()).sum();
     let wanted: i64 = workload.pods.iter().map(|p| p.requests.gpus()).sum();
     let mut sim = SimCluster::new(
@@ -31,8 +39,10 @@ pub fn run(spec: &SyntheticSpec, conf: &SchedulerConf, show_progress: bool) -> a
     let bar = if show_progress {
         let bar = ProgressBar::new(pods as u64);
         bar.set_style(
-            ProgressStyle::with_template("{spinner} cycle {msg} [{bar:40}] {pos}/{len} pods placed")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{spinner} cycle {msg} [{bar:40}] {pos}/{len} pods placed",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar
     } else {
@@ -55,7 +65,12 @@ pub fn run(spec: &SyntheticSpec, conf: &SchedulerConf, show_progress: bool) -> a
         let i = ((times.len() as f64 - 1.0) * p).round() as usize;
         times[i].as_secs_f64() * 1000.0
     };
-    let busy: Duration = outcome.stats.iter().filter(|s| s.binds > 0).map(|s| s.duration).sum();
+    let busy: Duration = outcome
+        .stats
+        .iter()
+        .filter(|s| s.binds > 0)
+        .map(|s| s.duration)
+        .sum();
     let placed = outcome.total_binds();
     let mut out = String::new();
     let _ = writeln!(
@@ -74,7 +89,11 @@ pub fn run(spec: &SyntheticSpec, conf: &SchedulerConf, show_progress: bool) -> a
     let _ = writeln!(
         out,
         "throughput: {:.0} pods/s over the cycles that placed pods ({:.1} ms of scheduling)",
-        if busy.is_zero() { 0.0 } else { placed as f64 / busy.as_secs_f64() },
+        if busy.is_zero() {
+            0.0
+        } else {
+            placed as f64 / busy.as_secs_f64()
+        },
         busy.as_secs_f64() * 1000.0
     );
     let _ = writeln!(

@@ -48,7 +48,11 @@ impl ScenarioReport {
 }
 
 /// Loads and runs a scenario given as text (`name` is used in messages).
-pub fn run_scenario(name: &str, text: &str, opts: &ScenarioOptions) -> Result<ScenarioReport, ManifestError> {
+pub fn run_scenario(
+    name: &str,
+    text: &str,
+    opts: &ScenarioOptions,
+) -> Result<ScenarioReport, ManifestError> {
     let load = LoadOptions {
         scheduler_name: opts.scheduler_name.clone(),
         strict_config: opts.strict_config,
@@ -79,12 +83,17 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
     let driver = DriverOptions {
         scheduler_name: opts.scheduler_name.clone(),
         period_ms: opts.period_ms,
-        exact_cycles: expectation.as_ref().and_then(|e| (e.cycles > 0).then_some(e.cycles)),
+        exact_cycles: expectation
+            .as_ref()
+            .and_then(|e| (e.cycles > 0).then_some(e.cycles)),
         check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
         ..DriverOptions::default()
     };
     let outcome = drive(&mut sim, &conf, &driver, |_| {});
-    let mut unmet = expectation.as_ref().map(|e| check(e, &sim)).unwrap_or_default();
+    let mut unmet = expectation
+        .as_ref()
+        .map(|e| check(e, &sim))
+        .unwrap_or_default();
     for (cycle, v) in &outcome.violations {
         unmet.push(Unmet {
             subject: format!("invariant {} (cycle {cycle})", v.invariant),
@@ -134,35 +143,53 @@ pub fn render(report: &ScenarioReport) -> String {
         report.outcome.cycles,
         report.outcome.total_binds(),
         sim.now_ms() as f64 / 1000.0,
-        if report.outcome.quiescent { " (quiescent)" } else { "" }
+        if report.outcome.quiescent {
+            " (quiescent)"
+        } else {
+            ""
+        }
     );
 
     let mut nodes_of: BTreeMap<ObjectKey, BTreeMap<String, u32>> = BTreeMap::new();
     let mut placed_of: BTreeMap<ObjectKey, u32> = BTreeMap::new();
     for pod in sim.pods() {
-        let gang = pod
-            .group
-            .as_ref()
-            .map_or_else(|| pod.key.clone(), |g| ObjectKey::new(&pod.key.namespace, g));
+        let gang = pod.group.as_ref().map_or_else(
+            || pod.key.clone(),
+            |g| ObjectKey::new(&pod.key.namespace, g),
+        );
         if let Some(node) = &pod.node_name {
-            *nodes_of.entry(gang.clone()).or_default().entry(node.clone()).or_default() += 1;
+            *nodes_of
+                .entry(gang.clone())
+                .or_default()
+                .entry(node.clone())
+                .or_default() += 1;
             *placed_of.entry(gang).or_default() += 1;
         }
     }
-    let pending: BTreeMap<&ObjectKey, &String> = report.outcome.pending.iter().map(|(k, v)| (k, v)).collect();
+    let pending: BTreeMap<&ObjectKey, &String> =
+        report.outcome.pending.iter().map(|(k, v)| (k, v)).collect();
 
     let _ = writeln!(out, "\nPodGroups:");
     for group in sim.pod_groups() {
         let total = sim
             .pods()
-            .filter(|p| p.group.as_deref() == Some(group.key.name.as_str()) && p.key.namespace == group.key.namespace)
+            .filter(|p| {
+                p.group.as_deref() == Some(group.key.name.as_str())
+                    && p.key.namespace == group.key.namespace
+            })
             .count();
         let placed = placed_of.get(&group.key).copied().unwrap_or(0);
         let nodes = nodes_of
             .get(&group.key)
             .map(|m| {
                 m.iter()
-                    .map(|(n, c)| if *c > 1 { format!("{n}×{c}") } else { n.clone() })
+                    .map(|(n, c)| {
+                        if *c > 1 {
+                            format!("{n}×{c}")
+                        } else {
+                            n.clone()
+                        }
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             })

@@ -11,7 +11,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::model::resources::{CPU, GPU, MEMORY};
 use crate::model::{
-    GROUP_NAME_ANNOTATION, Node, ObjectKey, Pod, PodGroup, Queue, Resources, TASK_SPEC_ANNOTATION, TimeMs,
+    GROUP_NAME_ANNOTATION, Node, ObjectKey, Pod, PodGroup, Queue, Resources, TASK_SPEC_ANNOTATION,
+    TimeMs,
 };
 
 #[derive(Clone, Debug)]
@@ -63,14 +64,20 @@ pub fn node_for(index: usize, gpus: i64) -> Node {
         (GPU, gpus),
     ]);
     let mut node = Node::new(format!("node-{index:05}"), alloc);
-    node.labels.insert("topology.kubernetes.io/zone".into(), format!("zone-{}", index % 4));
-    node.labels.insert("phalanx.dev/rack".into(), format!("rack-{}", index / 32));
+    node.labels.insert(
+        "topology.kubernetes.io/zone".into(),
+        format!("zone-{}", index % 4),
+    );
+    node.labels
+        .insert("phalanx.dev/rack".into(), format!("rack-{}", index / 32));
     node
 }
 
 pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-    let nodes: Vec<Node> = (0..spec.nodes).map(|i| node_for(i, spec.gpus_per_node)).collect();
+    let nodes: Vec<Node> = (0..spec.nodes)
+        .map(|i| node_for(i, spec.gpus_per_node))
+        .collect();
     let mut queues: Vec<Queue> = spec
         .queues
         .iter()
@@ -88,7 +95,10 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
     } else {
         spec.queues.iter().map(|(n, _)| n.clone()).collect()
     };
-    let weights: Vec<f64> = GANG_SIZES.iter().map(|&s| f64::from(s).powf(-0.8)).collect();
+    let weights: Vec<f64> = GANG_SIZES
+        .iter()
+        .map(|&s| f64::from(s).powf(-0.8))
+        .collect();
     let total_weight: f64 = weights.iter().sum();
 
     let mut out = SyntheticWorkload {
@@ -111,7 +121,8 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
             draw -= w;
         }
         let gpu_choices = [1, 2, 4, spec.gpus_per_node.max(1)];
-        let gpus = gpu_choices[rng.random_range(0..gpu_choices.len())].min(spec.gpus_per_node.max(1));
+        let gpus =
+            gpu_choices[rng.random_range(0..gpu_choices.len())].min(spec.gpus_per_node.max(1));
         let share = gpus as f64 / spec.gpus_per_node.max(1) as f64;
         let cpu = ((CORES_PER_NODE as f64 * share * 0.9) as i64).max(1) * 1000;
         let memory = ((768.0 * share * 0.9) as i64).max(1) * GIB;
@@ -128,12 +139,17 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
         index += 1;
         out.pod_groups.push(group);
         for p in 0..size {
-            let mut pod = Pod::new(ObjectKey::new("default", format!("{name}-worker-{p}")), requests.clone());
+            let mut pod = Pod::new(
+                ObjectKey::new("default", format!("{name}-worker-{p}")),
+                requests.clone(),
+            );
             pod.scheduler_name = spec.scheduler_name.clone();
             pod.group = Some(name.clone());
             pod.task_role = Some("worker".into());
-            pod.annotations.insert(GROUP_NAME_ANNOTATION.into(), name.clone());
-            pod.annotations.insert(TASK_SPEC_ANNOTATION.into(), "worker".into());
+            pod.annotations
+                .insert(GROUP_NAME_ANNOTATION.into(), name.clone());
+            pod.annotations
+                .insert(TASK_SPEC_ANNOTATION.into(), "worker".into());
             pod.creation_index = index;
             pod.sim_duration_ms = duration;
             index += 1;
