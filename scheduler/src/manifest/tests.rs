@@ -636,6 +636,24 @@ fn a_config_map_without_the_conf_key_is_ignored_and_two_confs_are_an_error() {
 }
 
 #[test]
+fn deep_nesting_and_alias_bombs_are_errors_not_crashes() {
+    let deep = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(load(&deep).is_err());
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for i in 1..12 {
+        let prev = i - 1;
+        bomb.push_str(&format!("a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"));
+    }
+    assert!(load(&bomb).is_err());
+}
+
+#[test]
 fn hostile_documents_are_errors_not_panics() {
     for text in [
         "[1, 2]",
