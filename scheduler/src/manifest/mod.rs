@@ -31,6 +31,7 @@
 //!   so the scheduler's saturating arithmetic never saturates on valid input.
 
 mod checks;
+mod conf_position;
 pub mod convert;
 mod document;
 pub mod error;

@@ -10,8 +10,9 @@
 //!
 //! Flags use Volcano's exact YAML spellings (`pkg/scheduler/conf/scheduler_conf.go`),
 //! including the older `enableNamespaceOrder` / `EnabledClusterOrder` spellings. Argument
-//! values may be YAML numbers, booleans or strings; their text is kept (nested maps and lists
-//! are kept as compact JSON text).
+//! values may be YAML numbers, booleans or strings and are kept as text, numbers and booleans
+//! in their canonical spelling (`yes` is `true`, `1e3` is `1000.0`), nested maps and lists
+//! as compact JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

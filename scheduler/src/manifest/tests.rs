@@ -180,6 +180,22 @@ fn seed_config_map_is_an_error_in_strict_mode() {
 }
 
 #[test]
+fn a_bad_embedded_configuration_is_an_error_at_its_line_in_the_file() {
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf, namespace: volcano-system}\ndata:\n  volcano-scheduler.conf: |\n    actions: allocate\n    tiers:\n    - plugins:\n      - name: gang\n        enableJobOrder: maybe\n";
+    let err = load_err(text);
+    assert_mentions(
+        &err,
+        &[
+            "document 0",
+            "ConfigMap volcano-system/conf",
+            "tiers[0].plugins[0].enableJobOrder",
+            "\"maybe\"",
+            "line 10, column 25",
+        ],
+    );
+}
+
+#[test]
 fn seed_prometheus_rule_is_not_a_scenario_document() {
     let err = load(RULE).unwrap_err();
     assert!(
