@@ -26,7 +26,11 @@ fn scenario(name: &str) -> String {
 
 #[test]
 fn a_scenario_whose_expectations_hold_exits_0() {
-    let (code, stdout, _) = phalanx(&["simulate", "--scenario", &scenario("02-gang-larger-than-cluster-stays-pending.yaml")]);
+    let (code, stdout, _) = phalanx(&[
+        "simulate",
+        "--scenario",
+        &scenario("02-gang-larger-than-cluster-stays-pending.yaml"),
+    ]);
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("expectations: all hold"), "{stdout}");
     assert!(stdout.contains("5 more pods needed to start"), "{stdout}");
@@ -46,13 +50,23 @@ fn a_scenario_with_unmet_expectations_exits_1_and_lists_them() {
     .expect("write scenario");
     let (code, stdout, _) = phalanx(&["simulate", "--scenario", &path.display().to_string()]);
     assert_eq!(code, 1, "{stdout}");
-    assert!(stdout.contains("pod default/p: expected bound to n2, got bound to n1"), "{stdout}");
-    assert!(stdout.contains("boundCount: expected 3 pods bound, got 1 pods bound"), "{stdout}");
+    assert!(
+        stdout.contains("pod default/p: expected bound to n2, got bound to n1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("boundCount: expected 3 pods bound, got 1 pods bound"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn unreadable_input_exits_2_with_the_document_field_and_text() {
-    let (code, _, stderr) = phalanx(&["simulate", "--scenario", &scenario("invalid/fractional-gpu.yaml")]);
+    let (code, _, stderr) = phalanx(&[
+        "simulate",
+        "--scenario",
+        &scenario("invalid/fractional-gpu.yaml"),
+    ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("Pod default/half"), "{stderr}");
     assert!(stderr.contains("\"0.5\""), "{stderr}");
@@ -64,14 +78,22 @@ fn unreadable_input_exits_2_with_the_document_field_and_text() {
 fn the_demo_shows_the_deadlock_without_gang_and_none_with_it() {
     let (code, stdout, stderr) = phalanx(&["simulate"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("pod by pod (gang off): deadlock"), "{stdout}");
+    assert!(
+        stdout.contains("pod by pod (gang off): deadlock"),
+        "{stdout}"
+    );
     assert!(stdout.contains("tf-mnist-job holds"), "{stdout}");
-    assert!(!stdout.contains("phalanx gang (default): deadlock"), "{stdout}");
+    assert!(
+        !stdout.contains("phalanx gang (default): deadlock"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn a_generated_run_reports_throughput_and_cycle_times() {
-    let (code, stdout, stderr) = phalanx(&["simulate", "--nodes", "50", "--jobs", "100", "--seed", "7", "--quiet"]);
+    let (code, stdout, stderr) = phalanx(&[
+        "simulate", "--nodes", "50", "--jobs", "100", "--seed", "7", "--quiet",
+    ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("pods/s"), "{stdout}");
     assert!(stdout.contains("cycle time: p50"), "{stdout}");
