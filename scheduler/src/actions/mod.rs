@@ -22,6 +22,12 @@ pub fn run(name: &str, session: &mut Session) {
 pub(crate) fn job_blocker(session: &Session, job: crate::framework::JobId) -> Option<String> {
     let state = &session.state;
     let j = &state.jobs[job];
+    if let Some(group) = &j.missing_group {
+        return Some(format!(
+            "its annotation scheduling.k8s.io/group-name names PodGroup {:?}, which does not exist in namespace {}",
+            group, j.pod_group.key.namespace
+        ));
+    }
     if j.queue.is_none() {
         return Some(format!(
             "queue {:?} does not exist; create it or point the PodGroup at an existing queue",

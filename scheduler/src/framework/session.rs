@@ -140,6 +140,9 @@ pub struct JobInfo {
     pub fit_errors: FitErrors,
     /// Why the job as a whole was not scheduled this cycle (invalid, not enqueued, ...).
     pub blocked_reason: Option<String>,
+    /// For a pod whose `scheduling.k8s.io/group-name` names a PodGroup that does not exist:
+    /// that name. Such a pod is never placed.
+    pub missing_group: Option<String>,
 }
 
 impl JobInfo {
@@ -323,6 +326,7 @@ impl SessionState {
             pending_best_effort: 0,
             fit_errors: FitErrors::default(),
             blocked_reason: None,
+            missing_group: None,
         });
         id
     }
@@ -349,9 +353,20 @@ impl SessionState {
             .as_ref()
             .and_then(|n| self.node_index.get(n).copied());
         let job = match &pod.group {
-            Some(group) => job_index
-                .get(&ObjectKey::new(&pod.key.namespace, group))
-                .copied(),
+            Some(group) => match job_index.get(&ObjectKey::new(&pod.key.namespace, group)) {
+                Some(&id) => Some(id),
+                None if managed && status == TaskStatus::Pending => {
+                    // Volcano never places such a pod; keep it visible with the reason.
+                    let mut orphan = PodGroup::new(pod.key.clone(), 1);
+                    orphan.creation_index = pod.creation_index;
+                    orphan.status.phase = PodGroupPhase::Inqueue;
+                    let id = self.add_job(orphan, true);
+                    self.jobs[id].missing_group = Some(group.clone());
+                    job_index.insert(pod.key.clone(), id);
+                    Some(id)
+                }
+                None => None,
+            },
             None if managed && status == TaskStatus::Pending => {
                 // A managed pod without a PodGroup is a gang of one.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);
