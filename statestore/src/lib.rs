@@ -2,9 +2,17 @@
 //!
 //! See `README.md` beside this crate for the diagram, the commands and the invariants.
 
+// openraft's trait signatures fix `StorageError` / `RaftError` as the error types; they
+// are large, and boxing them would only add conversions at every trait boundary.
+#![allow(clippy::result_large_err)]
+
 pub mod ledger;
+pub mod log_store;
+pub mod raft_types;
+pub mod state_machine;
 
 pub use ledger::{
     GangDecision, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, LedgerState,
     OvercommitFactor, PodPlacement, Refusal, ResourceVec, apply,
 };
+pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
