@@ -217,3 +217,65 @@ impl LogFile {
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    #[test]
+    fn reopening_replays_entries_vote_truncate_purge_and_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = LogFile::open(dir.path()).unwrap();
+            log.write((1..=10).map(|i| Record::Entry(entry(1, i))).collect())
+                .unwrap();
+            log.write(vec![Record::Vote(Vote::new(2, 1))]).unwrap();
+            log.write(vec![Record::Truncate { since: 8 }]).unwrap();
+            log.write(vec![Record::Entry(entry(2, 8))]).unwrap();
+            log.write(vec![Record::Purge(entry(1, 3).log_id)]).unwrap();
+            log.write(vec![Record::Committed(Some(entry(2, 8).log_id))])
+                .unwrap();
+        }
+        let check = |log: &LogFile| {
+            assert_eq!(log.range(0, 100).len(), 5, "entries 4..=8");
+            assert_eq!(log.last_log_id(), Some(entry(2, 8).log_id));
+            assert_eq!(log.last_purged(), Some(entry(1, 3).log_id));
+            assert_eq!(log.vote(), Some(Vote::new(2, 1)));
+            assert_eq!(log.committed(), Some(entry(2, 8).log_id));
+        };
+        let mut log = LogFile::open(dir.path()).unwrap();
+        check(&log);
+        log.compact().unwrap();
+        check(&log);
+        drop(log);
+        let log = LogFile::open(dir.path()).unwrap();
+        check(&log);
+        assert!(!dir.path().join(TMP_FILE_NAME).exists());
+    }
+
+    #[test]
+    fn a_torn_last_write_is_dropped_on_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = LogFile::open(dir.path()).unwrap();
+            log.write(vec![Record::Entry(entry(1, 1)), Record::Entry(entry(1, 2))])
+                .unwrap();
+        }
+        let path = dir.path().join(LOG_FILE_NAME);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 3).unwrap();
+        let log = LogFile::open(dir.path()).unwrap();
+        assert_eq!(log.last_log_id(), Some(entry(1, 1).log_id));
+        assert!(std::fs::metadata(&path).unwrap().len() < len - 3);
+    }
+}
