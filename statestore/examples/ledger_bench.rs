@@ -123,7 +123,11 @@ async fn main() -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for w in 0..args.writers {
         let client: Arc<LedgerClient> = Arc::clone(&client);
-        let (n, gpe, ppg) = (args.entries_per_writer, args.gangs_per_entry, args.pods_per_gang);
+        let (n, gpe, ppg) = (
+            args.entries_per_writer,
+            args.gangs_per_entry,
+            args.pods_per_gang,
+        );
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(n);
             let mut previous: Vec<String> = Vec::new();

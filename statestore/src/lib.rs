@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod expiry;
 pub mod ledger;
 pub mod log_store;
 pub mod network;
@@ -23,4 +24,7 @@ pub use ledger::{
 };
 pub use network::wire::ledger_read::LedgerRead;
 pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
-pub use replica::{ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_with};
+pub use replica::{
+    ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_with,
+    start_replica_with_clock,
+};

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::expiry::{Clock, spawn_expiry_loop, system_clock};
 use crate::log_store::{FileLogStore, LogStoreStats};
 use crate::network::{LedgerGrpc, MAX_MESSAGE_BYTES, PeerNetwork, RaftGrpc};
 use crate::raft_types::{BatchResponse, LedgerBatch, NodeId, Raft};
@@ -41,6 +42,8 @@ pub struct ReplicaConfig {
     pub connect_timeout_ms: u64,
     /// Upper bound of one Raft RPC.
     pub rpc_timeout_ms: u64,
+    /// How often the leader checks for transactions past their deadline.
+    pub txn_expiry_interval_ms: u64,
 }
 
 impl Default for ReplicaConfig {
@@ -54,6 +57,7 @@ impl Default for ReplicaConfig {
             max_payload_entries: 256,
             connect_timeout_ms: 500,
             rpc_timeout_ms: 2000,
+            txn_expiry_interval_ms: 500,
         }
     }
 }
@@ -61,6 +65,14 @@ impl Default for ReplicaConfig {
 impl ReplicaConfig {
     /// Checks the values and builds openraft's config.
     pub fn validate(&self) -> Result<openraft::Config, ReplicaError> {
+        if self.txn_expiry_interval_ms == 0
+            || self.connect_timeout_ms == 0
+            || self.rpc_timeout_ms == 0
+        {
+            return Err(ReplicaError::Config(format!(
+                "intervals and timeouts must be > 0 (from {self:?})"
+            )));
+        }
         let config = openraft::Config {
             cluster_name: "phalanx-ledger".to_string(),
             heartbeat_interval: self.heartbeat_ms,
@@ -117,6 +129,7 @@ pub struct ReplicaHandle {
     isolated: Arc<AtomicBool>,
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    expiry: Option<JoinHandle<()>>,
 }
 
 /// Starts replica `id` with its data in `dir`, serving on `addr` (port 0 picks a free
@@ -150,12 +163,24 @@ async fn open_state_machine(dir: &Path) -> Result<LedgerStateMachine, ReplicaErr
     })))
 }
 
-/// Starts a replica with an explicit config.
+/// Starts a replica with an explicit config (transaction deadlines on the system clock).
 pub async fn start_replica_with(
     id: NodeId,
     dir: &Path,
     addr: SocketAddr,
     config: &ReplicaConfig,
+) -> Result<ReplicaHandle, ReplicaError> {
+    start_replica_with_clock(id, dir, addr, config, system_clock()).await
+}
+
+/// Starts a replica whose transaction-expiry loop reads `clock` (milliseconds, the clock
+/// proposers write `deadline_ms` in).
+pub async fn start_replica_with_clock(
+    id: NodeId,
+    dir: &Path,
+    addr: SocketAddr,
+    config: &ReplicaConfig,
+    clock: Clock,
 ) -> Result<ReplicaHandle, ReplicaError> {
     let raft_config = Arc::new(config.validate()?);
     let d = dir.to_path_buf();
@@ -194,6 +219,12 @@ pub async fn start_replica_with(
                 let _ = shutdown_rx.await;
             }),
     );
+    let expiry = spawn_expiry_loop(
+        raft.clone(),
+        reader.clone(),
+        Duration::from_millis(config.txn_expiry_interval_ms),
+        clock,
+    );
     tracing::info!(id, %local, dir = %dir.display(), "ledger replica started");
     Ok(ReplicaHandle {
         id,
@@ -205,6 +236,7 @@ pub async fn start_replica_with(
         isolated,
         shutdown_tx: Some(shutdown_tx),
         server: Some(server),
+        expiry: Some(expiry),
     })
 }
 
@@ -334,6 +366,9 @@ impl ReplicaHandle {
         if let Some(tx) = self.shutdown_tx.take() {
             let _ = tx.send(());
         }
+        if let Some(expiry) = self.expiry.take() {
+            expiry.abort();
+        }
         let stop = self.raft.shutdown().await;
         if let Some(server) = self.server.take() {
             server.abort();
@@ -350,6 +385,9 @@ impl Drop for ReplicaHandle {
         }
         if let Some(server) = self.server.take() {
             server.abort();
+        }
+        if let Some(expiry) = self.expiry.take() {
+            expiry.abort();
         }
     }
 }

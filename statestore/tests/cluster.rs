@@ -289,3 +289,64 @@ async fn lagging_replica_catches_up_from_a_snapshot_after_the_log_was_purged() {
     assert_eq!(after.fingerprint(), state.fingerprint());
     cluster.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservation_of_a_transaction_past_its_deadline_is_released_by_the_leader() {
+    use phalanx_statestore::ledger::TxnDecision;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(&dir).await;
+    let client = cluster.client();
+    seed(&client).await;
+    // Begin + reserve in one entry, with a deadline already past on the system clock:
+    // the coordinator "died" before deciding.
+    let committed = client
+        .propose(&phalanx_statestore::LedgerBatch {
+            commands: vec![
+                LedgerCommand::TxnBegin {
+                    txn: "t-dead".into(),
+                    shard: 1,
+                    epoch: 1,
+                    participants: vec![1],
+                    deadline_ms: (phalanx_statestore::expiry::system_clock())(),
+                },
+                LedgerCommand::TxnReserve {
+                    txn: "t-dead".into(),
+                    shard: 1,
+                    epoch: 1,
+                    gang: gang(0),
+                },
+            ],
+        })
+        .await
+        .unwrap();
+    assert_eq!(committed.responses[0], LedgerResponse::Applied);
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap();
+    let r = cluster.replica(leader).unwrap();
+    let mut seen = committed.log_index;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (decision, placed) = r.read_local(|s, _| {
+            (
+                s.txns.get("t-dead").and_then(|t| t.decision),
+                s.placements.len(),
+            )
+        });
+        if decision == Some(TxnDecision::Abort) {
+            assert_eq!(placed, 0, "an aborted transaction leaves no reservation");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "txn was not expired"
+        );
+        let m = r
+            .wait_for(WAIT, "next entry applied", |m| {
+                m.last_applied.is_some_and(|l| l.index > seen)
+            })
+            .await
+            .unwrap();
+        seen = m.last_applied.map_or(seen, |l| l.index);
+    }
+    check_invariants(&cluster, "after expiry");
+    cluster.shutdown().await.unwrap();
+}
