@@ -99,6 +99,17 @@ impl LogFile {
     /// Writes `records`, fsyncs, then applies them in memory. Only after this returns `Ok`
     /// may the caller acknowledge them.
     pub fn write(&mut self, records: Vec<Record>) -> io::Result<()> {
+        self.write_inner(records, true)
+    }
+
+    /// Writes `records` without an fsync: for information whose loss is safe (the
+    /// committed log id; after a crash an older one is only a smaller known prefix, and
+    /// the next fsynced write persists it anyway).
+    pub fn write_unsynced(&mut self, records: Vec<Record>) -> io::Result<()> {
+        self.write_inner(records, false)
+    }
+
+    fn write_inner(&mut self, records: Vec<Record>, sync: bool) -> io::Result<()> {
         let mut buf = Vec::new();
         let mut sizes = Vec::with_capacity(records.len());
         for r in &records {
@@ -107,7 +118,9 @@ impl LogFile {
             buf.extend_from_slice(&frame);
         }
         self.file.write_all(&buf)?;
-        self.file.sync_data()?;
+        if sync {
+            self.file.sync_data()?;
+        }
         self.file_bytes = self.file_bytes.saturating_add(buf.len() as u64);
         for (r, size) in records.into_iter().zip(sizes) {
             self.apply(r, size);

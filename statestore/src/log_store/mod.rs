@@ -136,7 +136,7 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.blocking(move |log| log.write(vec![Record::Committed(committed)]))
+        self.blocking(move |log| log.write_unsynced(vec![Record::Committed(committed)]))
             .await
             .map_err(|e| StorageIOError::write(&e).into())
     }
