@@ -151,9 +151,9 @@ impl SimCluster {
             .min()
     }
 
-    /// Moves time forward to `t`, finishing every pod whose run time is over. Returns how
-    /// many pods finished.
-    pub fn advance_to(&mut self, t: TimeMs) -> usize {
+    /// Moves time forward to `t`, finishing every pod whose run time is over. Returns the
+    /// pods that finished.
+    pub fn advance_to(&mut self, t: TimeMs) -> Vec<ObjectKey> {
         let elapsed = u128::from(t.saturating_sub(self.now_ms));
         if elapsed > 0 {
             for pod in self.pods.values().filter(|p| p.occupies_node()) {
@@ -166,7 +166,7 @@ impl SimCluster {
         }
         self.now_ms = self.now_ms.max(t);
         let now = self.now_ms;
-        let mut finished = 0;
+        let mut finished = Vec::new();
         for (key, start) in &self.work_started_ms {
             let Some(pod) = self.pods.get_mut(key) else {
                 continue;
@@ -177,10 +177,11 @@ impl SimCluster {
                     .is_some_and(|d| start.saturating_add(d) <= now)
             {
                 Arc::make_mut(pod).phase = PodPhase::Succeeded;
-                finished += 1;
+                finished.push(key.clone());
             }
         }
         self.start_complete_gangs();
+        finished.sort();
         finished
     }
 
