@@ -215,9 +215,12 @@ pub async fn start_replica_with_clock(
         Server::builder()
             .add_service(raft_svc)
             .add_service(ledger_svc)
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
-                let _ = shutdown_rx.await;
-            }),
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    let _ = shutdown_rx.await;
+                },
+            ),
     );
     let expiry = spawn_expiry_loop(
         raft.clone(),
