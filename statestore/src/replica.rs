@@ -350,6 +350,11 @@ impl ReplicaHandle {
         self.isolated.store(isolated, Ordering::Relaxed);
     }
 
+    /// True while cut off by `set_isolated`.
+    pub fn is_isolated(&self) -> bool {
+        self.isolated.load(Ordering::Relaxed)
+    }
+
     /// Waits (bounded) until `cond` holds on this replica's metrics.
     pub async fn wait_for(
         &self,
