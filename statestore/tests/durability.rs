@@ -108,7 +108,7 @@ async fn write_then_kill(client: &Arc<LedgerClient>, kill: impl FnOnce()) -> BTr
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let (client, acked, count, reached) = (
-            Arc::clone(&client),
+            Arc::clone(client),
             Arc::clone(&acked),
             Arc::clone(&count),
             Arc::clone(&reached),
