@@ -149,7 +149,49 @@ pub(crate) fn read_chunk<'a, T: Deserialize<'a>>(chunk: Chunk<'a>) -> Result<T, 
                 e.into_inner()
             })
         });
-    result.map_err(|e| yaml_problem(&e, &path, chunk.first_line))
+    result.map_err(|e| {
+        let mut problem = yaml_problem(&e, &path, chunk.first_line);
+        quote_found_scalar(&mut problem, chunk);
+        problem
+    })
+}
+
+/// A type error (`minMember: lots` → "invalid i32") names the field but not the text the
+/// user wrote; add the scalar found at the error's position, unless the message has it.
+fn quote_found_scalar(problem: &mut Problem, chunk: Chunk<'_>) {
+    let Problem::Field(field) = problem else {
+        return;
+    };
+    let Some((line, column)) = field.position else {
+        return;
+    };
+    let Some(found) = scalar_at(chunk.text, line + 1 - chunk.first_line, column) else {
+        return;
+    };
+    if !field.problem.contains(&found) {
+        field.problem = format!("{}: found {found:?}", field.problem);
+    }
+}
+
+/// The plain or quoted scalar starting at 1-based `line` and `column` of `text`; `None` at
+/// a collection or past the end.
+fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let rest: String = text
+        .lines()
+        .nth(line.checked_sub(1)?)?
+        .chars()
+        .skip(column.checked_sub(1)?)
+        .collect();
+    let scalar = match rest.chars().next()? {
+        '{' | '[' => return None,
+        q @ ('"' | '\'') => rest[1..].split(q).next()?.to_string(),
+        _ => rest
+            .split([',', '}', ']', '#'])
+            .next()?
+            .trim_end()
+            .to_string(),
+    };
+    (!scalar.is_empty()).then_some(scalar)
 }
 
 /// Turns a serde-saphyr error into a [`Problem`] with file positions.
@@ -199,6 +241,8 @@ fn readable_message(err: &serde_saphyr::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -209,6 +253,39 @@ mod tests {
         assert_eq!(firsts, vec![1, 3, 5, 9]);
         assert!(chunks[2].text.contains("---x"));
         assert!(chunks[3].text.starts_with("%YAML"));
+    }
+
+    #[test]
+    fn a_wrongly_typed_scalar_is_quoted_in_the_error() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Spec {
+            #[serde(rename = "minMember")]
+            min_member: i32,
+        }
+        let text = "spec: {minMember: lots}\n";
+        let err = read_chunk::<BTreeMap<String, Spec>>(Chunk {
+            text,
+            first_line: 5,
+        })
+        .unwrap_err();
+        let Problem::Field(field) = err else {
+            panic!("a type error is a field problem: {err:?}");
+        };
+        assert_eq!(field.path, "spec.minMember");
+        assert!(field.problem.contains("\"lots\""), "{}", field.problem);
+        assert_eq!(field.position, Some((5, 19)));
+    }
+
+    #[test]
+    fn scalar_at_reads_plain_and_quoted_scalars_but_not_collections() {
+        assert_eq!(scalar_at("a: lots, b\n", 1, 4).as_deref(), Some("lots"));
+        assert_eq!(
+            scalar_at("x\n  a: 'many things'\n", 2, 6).as_deref(),
+            Some("many things")
+        );
+        assert_eq!(scalar_at("a: {b: 1}\n", 1, 4), None);
+        assert_eq!(scalar_at("a: 1\n", 3, 1), None);
     }
 
     #[test]
