@@ -159,13 +159,24 @@ struct Notes {
 impl Notes {
     fn say(&mut self, subject: &str, message: String) -> Result<(), ConfError> {
         if self.strict {
-            return Err(ConfError::Unknown(message));
+            return Err(ConfError::Unknown(strict_wording(&message)));
         }
         if self.said.insert(subject.to_string()) {
             self.warnings.push(message);
         }
         Ok(())
     }
+}
+
+/// The lenient messages end in what happens next ("it is skipped"); in strict mode the entry
+/// is refused instead, and the message must say so.
+fn strict_wording(message: &str) -> String {
+    const REFUSED: &str = "refused because of --strict-config";
+    message
+        .replace("; it is skipped", &format!("; {REFUSED}"))
+        .replace("; it is ignored", &format!("; {REFUSED}"))
+        .replace("; the plugin entry is skipped", &format!("; {REFUSED}"))
+        .replace(" is ignored", &format!(": {REFUSED}"))
 }
 
 fn parse_actions(text: Option<&str>, notes: &mut Notes) -> Result<Vec<String>, ConfError> {
@@ -464,6 +475,22 @@ mod tests {
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(third, vec!["overcommit"]);
+    }
+
+    #[test]
+    fn strict_mode_says_an_unknown_entry_is_refused_not_skipped() {
+        for text in [
+            "actions: allocate\ntiers:\n- plugins:\n  - name: tdm\n",
+            "actions: allocate, preempt\n",
+            "actions: allocate\ncolour: blue\n",
+        ] {
+            let msg = parse_scheduler_conf(text, true).unwrap_err().to_string();
+            assert!(msg.contains("--strict-config"), "{msg}");
+            assert!(
+                !msg.contains("skipped") && !msg.contains("ignored"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]
