@@ -214,11 +214,59 @@ fn cannot_fit_anywhere(session: &Session, job: JobId, tasks: &[TaskId]) -> Optio
     for &t in tasks.iter().take(missing) {
         need.add(state.tasks[t].resreq());
     }
-    let free = state.total_allocatable.minus(&state.total_used);
+    // Nodes holding more than their allocatable must not cancel out free room elsewhere.
+    let free = state
+        .total_allocatable
+        .minus(&state.total_used)
+        .plus(&state.over_committed);
     let (resource, want, have) = need.first_shortage(&free)?;
     Some(format!(
         "{missing} more pods needed to start, requesting {} {resource} in all; {} free in the cluster",
         crate::model::resources::format_amount(resource.as_str(), want),
         crate::model::resources::format_amount(resource.as_str(), have.max(0)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::{CPU, GPU};
+    use crate::model::{ObjectKey, Pod, PodPhase};
+
+    #[test]
+    fn an_over_committed_node_does_not_hide_free_gpus_on_other_nodes() {
+        // gpu-1's allocatable shrank to 2 GPUs under another scheduler's pod holding 4;
+        // gpu-2 has 4 free, enough for the gang of 3.
+        let mut foreign = Pod::new(
+            ObjectKey::new("default", "old-training"),
+            crate::framework::testing::res(&[(CPU, 4_000), (GPU, 4)]),
+        );
+        foreign.scheduler_name = "default-scheduler".into();
+        foreign.node_name = Some("gpu-1".into());
+        foreign.phase = PodPhase::Running;
+        let mut cluster = Cluster::new()
+            .node("gpu-1", &[(CPU, 32_000), (GPU, 2)])
+            .node("gpu-2", &[(CPU, 32_000), (GPU, 4)])
+            .pod_with(foreign)
+            .inqueue_group("gang", "default", 3);
+        for i in 0..3 {
+            cluster = cluster.pod(
+                &format!("gang-{i}"),
+                Some("gang"),
+                &[(CPU, 1_000), (GPU, 1)],
+            );
+        }
+        let mut session = cluster.session(&SchedulerConf::volcano_default());
+        assert_eq!(session.state.over_committed.get(GPU), 2);
+        run(&mut session);
+        assert_eq!(session.plan.gangs.len(), 1, "{:?}", session.state.jobs);
+        let nodes: Vec<&str> = session.plan.gangs[0]
+            .placements
+            .iter()
+            .map(|p| p.node.as_str())
+            .collect();
+        assert_eq!(nodes, vec!["gpu-2"; 3]);
+    }
 }

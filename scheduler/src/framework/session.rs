@@ -189,6 +189,12 @@ pub struct SessionState {
     pub total_allocatable: Resources,
     /// Sum of requests of every pod that occupies a node.
     pub total_used: Resources,
+    /// Per resource, what pods hold beyond their nodes' allocatable, summed over nodes (a
+    /// node's allocatable can shrink under running pods, e.g. when GPUs turn unhealthy).
+    /// Only the snapshot can bring this about, as no allocation goes beyond a node's idle
+    /// amount, so it stays the same for the whole session. `total_allocatable - total_used
+    /// + over_committed` is what is really free.
+    pub over_committed: Resources,
     /// Priority of each PriorityClass by name, and the global default's value.
     pub priority_classes: HashMap<String, i32>,
     pub default_priority: i32,
@@ -282,6 +288,7 @@ impl SessionState {
             queue_index,
             total_allocatable,
             total_used: Resources::new(),
+            over_committed: Resources::new(),
             priority_classes,
             default_priority,
         };
@@ -298,6 +305,11 @@ impl SessionState {
         pods.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for pod in pods {
             state.add_task(pod, scheduler_name, &mut job_index);
+        }
+        for n in &state.nodes {
+            let mut beyond = Resources::new();
+            beyond.sub_clamped(&n.idle);
+            state.over_committed.add(&beyond);
         }
         state
     }
