@@ -131,8 +131,14 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
         .map(|q| to_fine(&q.queue.guarantee))
         .collect();
     let mut remaining = to_fine(total);
-    let mut met = vec![false; shares.len()];
+    // As in Volcano, whose proportion plugin knows only the queues that have jobs, a queue
+    // without jobs takes no part: it deserves nothing, not even its guarantee (the others'
+    // real capability already leaves that guarantee out).
+    let mut met: Vec<bool> = state.queues.iter().map(|q| q.jobs.is_empty()).collect();
     for (qid, q) in state.queues.iter().enumerate() {
+        if met[qid] {
+            continue;
+        }
         if let Some(fixed) = &q.queue.deserved {
             let s = &mut shares[qid];
             s.deserved = to_fine(fixed)
@@ -359,6 +365,28 @@ mod tests {
         assert_eq!(
             deserved_gpus(&state),
             named(&[("crowd", 4), ("reserved", 4)])
+        );
+    }
+
+    #[test]
+    fn a_queue_without_jobs_does_not_hold_its_guarantee_in_the_split() {
+        // idle guarantees 3 GPUs but has no jobs: a and b each get half of 8, capped by
+        // their real capability 8 - 3 = 5; idle's guarantee is not carved out of the split.
+        let mut idle = weighted_queue("idle", 1);
+        idle.guarantee = res(&[(GPU, 3)]);
+        let mut c = Cluster::new()
+            .node("n1", &[(CPU, 1_000_000), (GPU, 8)])
+            .queue(idle);
+        for name in ["a", "b"] {
+            c = c.queue(weighted_queue(name, 1)).group(name, name, 1);
+            for i in 0..8 {
+                c = c.pod(&format!("{name}-{i}"), Some(name), &[(CPU, 1), (GPU, 1)]);
+            }
+        }
+        let state = c.session(&conf()).state;
+        assert_eq!(
+            deserved_gpus(&state),
+            named(&[("a", 4), ("b", 4), ("idle", 0)])
         );
     }
 
