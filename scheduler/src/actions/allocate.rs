@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::framework::node_picker::NodePicker;
 use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::{JobId, QueueId, Session, Statement, TaskId};
-use crate::model::{ResourceName, Resources};
+use crate::model::{PodGroupPhase, ResourceName, Resources};
 
 pub fn run(session: &mut Session) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
@@ -24,12 +24,16 @@ pub fn run(session: &mut Session) {
         if session.state.pending_tasks(job).next().is_none() {
             continue;
         }
-        if enqueue_configured && session.state.jobs[job].is_pending_phase() {
-            if session.state.jobs[job].blocked_reason.is_none() {
-                session.state.jobs[job].blocked_reason =
-                    Some("waiting to be admitted (enqueue)".to_string());
+        if session.state.jobs[job].is_pending_phase() {
+            if enqueue_configured {
+                if session.state.jobs[job].blocked_reason.is_none() {
+                    session.state.jobs[job].blocked_reason =
+                        Some("waiting to be admitted (enqueue)".to_string());
+                }
+                continue;
             }
-            continue;
+            // Without `enqueue`, allocate admits the job itself, as Volcano's does.
+            session.state.jobs[job].phase = PodGroupPhase::Inqueue;
         }
         if let Some(reason) = job_blocker(session, job) {
             session.state.jobs[job].blocked_reason = Some(reason);
@@ -387,5 +391,20 @@ mod tests {
         let session = mixed(3, 1);
         let tasks: Vec<TaskId> = session.state.pending_tasks(0).collect();
         assert!(cannot_fit_anywhere(&session, 0, &tasks).is_some());
+    }
+
+    #[test]
+    fn without_enqueue_allocate_admits_a_pending_gang_even_if_it_cannot_place_it() {
+        let mut c = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 2)])
+            .group("big", "default", 3);
+        for i in 0..3 {
+            c = c.pod(&format!("big-{i}"), Some("big"), &[(CPU, 1_000), (GPU, 1)]);
+        }
+        let conf = SchedulerConf::from_names(&["allocate"], &[&["gang"], &["predicates"]]);
+        let mut session = c.session(&conf);
+        run(&mut session);
+        assert!(session.plan.gangs.is_empty());
+        assert_eq!(session.state.jobs[0].phase, PodGroupPhase::Inqueue);
     }
 }
