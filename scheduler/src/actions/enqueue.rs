@@ -17,11 +17,13 @@ pub fn run(session: &mut Session) {
         if !j.is_pending_phase() {
             continue;
         }
-        if let Some(reason) = job_blocker(session, job) {
-            session.state.jobs[job].blocked_reason = Some(reason);
+        // Only a missing queue keeps a job from being considered. Whether the gang has its
+        // pods yet is not asked, as in Volcano: its job controller creates a Job's pods
+        // only once the PodGroup is Inqueue, so admission must come first.
+        let Some(queue) = j.queue else {
+            session.state.jobs[job].blocked_reason = job_blocker(session, job);
             continue;
-        }
-        let queue = j.queue.expect("job_blocker rejects jobs without a queue");
+        };
         if !session.state.queues[queue].is_open() {
             session.state.jobs[job].blocked_reason = Some(format!(
                 "queue {} is {:?} and admits no new PodGroups",
@@ -69,5 +71,44 @@ pub fn run(session: &mut Session) {
             let (state, plugins) = (&session.state, &session.plugins);
             queues.push(queue, |a, b| plugins.queue_order(state, a, b));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::{CPU, GPU};
+
+    #[test]
+    fn a_pod_group_whose_pods_do_not_exist_yet_is_admitted() {
+        // A Volcano Job's controller creates the pods after admission: a PodGroup with fewer
+        // pods than minMember (here none) must still go Inqueue.
+        let mut session = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 4)])
+            .group("job", "default", 2)
+            .session(&SchedulerConf::volcano_default());
+        run(&mut session);
+        assert_eq!(session.state.jobs[0].phase, PodGroupPhase::Inqueue);
+    }
+
+    #[test]
+    fn a_pod_group_in_a_missing_queue_stays_pending_with_the_reason() {
+        let mut session = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 4)])
+            .group("job", "nowhere", 1)
+            .pod("job-0", Some("job"), &[(CPU, 1_000)])
+            .session(&SchedulerConf::volcano_default());
+        run(&mut session);
+        let job = &session.state.jobs[0];
+        assert_eq!(job.phase, PodGroupPhase::Pending);
+        assert!(
+            job.blocked_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("nowhere")),
+            "{:?}",
+            job.blocked_reason
+        );
     }
 }

@@ -13,6 +13,8 @@ pub mod plugin;
 pub mod plugin_set;
 pub mod session;
 pub mod statement;
+#[cfg(test)]
+pub mod testing;
 
 pub use conf::SchedulerConf;
 pub use cycle::run_cycle;
