@@ -12,9 +12,11 @@
 //! - [`RaftLedger`]: N replicas of the real replicated ledger (openraft, fsynced log, sled
 //!   state, tonic on loopback) started in this process, proposed to through the typed client.
 
+mod fault;
 mod local;
 mod raft;
 
+pub use fault::{LedgerFault, ScheduledFault};
 pub use local::LocalLedger;
 pub use raft::RaftLedger;
 
@@ -66,6 +68,12 @@ pub trait PlacementLedger {
     fn state(&mut self) -> Result<LedgerState, LedgerError>;
     /// How many replicas hold the ledger.
     fn replicas(&self) -> usize;
+    /// Injects a fault (replicated ledger only); returns what was done.
+    fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
+        Err(LedgerError::Refused(format!(
+            "fault {fault} needs the replicated ledger (--replicas 2 or more)"
+        )))
+    }
 }
 
 pub(crate) fn resource_vec(r: &Resources) -> ResourceVec {

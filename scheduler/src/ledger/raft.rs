@@ -10,7 +10,7 @@ use phalanx_statestore::{
 };
 
 use super::{
-    FIRST_EPOCH, LedgerError, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict, chunks,
+    FIRST_EPOCH, LedgerError, LedgerFault, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict, chunks,
     load_commands, to_ledger_gang,
 };
 use crate::framework::GangPlacement;
@@ -22,6 +22,8 @@ pub struct RaftLedger {
     cluster: Option<LocalCluster>,
     client: LedgerClient,
     replicas: usize,
+    /// Replicas stopped by faults, most recent last.
+    stopped: Vec<u64>,
     // Dropped last: the replicas' data lives here.
     _dir: tempfile::TempDir,
 }
@@ -47,6 +49,7 @@ impl RaftLedger {
             cluster: Some(cluster),
             client,
             replicas,
+            stopped: Vec::new(),
             _dir: dir,
         })
     }
@@ -184,5 +187,47 @@ impl PlacementLedger for RaftLedger {
 
     fn replicas(&self) -> usize {
         self.replicas
+    }
+
+    fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
+        let cluster = self
+            .cluster
+            .as_mut()
+            .ok_or_else(|| LedgerError::Unavailable("the ledger is shut down".into()))?;
+        let failed = |e: phalanx_statestore::ReplicaError| LedgerError::Unavailable(format!("{fault}: {e}"));
+        match fault {
+            LedgerFault::KillLeader | LedgerFault::Kill(_) => {
+                let id = match fault {
+                    LedgerFault::Kill(id) => *id,
+                    _ => self
+                        .runtime
+                        .block_on(cluster.wait_for_leader(std::time::Duration::from_secs(10)))
+                        .map_err(failed)?,
+                };
+                self.runtime.block_on(cluster.kill(id)).map_err(failed)?;
+                self.stopped.push(id);
+                Ok(format!("stopped replica {id}"))
+            }
+            LedgerFault::Restart(which) => {
+                let id = match which {
+                    Some(id) => *id,
+                    None => *self
+                        .stopped
+                        .last()
+                        .ok_or_else(|| LedgerError::Refused("restart:last: no replica was stopped".into()))?,
+                };
+                self.runtime.block_on(cluster.restart(id)).map_err(failed)?;
+                self.stopped.retain(|s| *s != id);
+                Ok(format!("restarted replica {id}"))
+            }
+            LedgerFault::Isolate(id) => {
+                cluster.isolate(*id, true).map_err(failed)?;
+                Ok(format!("isolated replica {id}"))
+            }
+            LedgerFault::Heal(id) => {
+                cluster.isolate(*id, false).map_err(failed)?;
+                Ok(format!("reconnected replica {id}"))
+            }
+        }
     }
 }
