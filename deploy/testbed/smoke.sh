@@ -65,7 +65,7 @@ k() {
     fail "$method $path -> HTTP $code"
   fi
 }
-field() { { grep -o "\"$1\":\"[^\"]*\"" || true; } | head -1 | cut -d'"' -f4; }
+field() { { grep -o "\"$1\": *\"[^\"]*\"" || true; } | head -1 | cut -d'"' -f4; }
 
 # wait_phase POD PHASE TIMEOUT_S -> prints seconds taken
 wait_phase() {
