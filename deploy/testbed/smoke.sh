@@ -11,6 +11,8 @@ GPUS="${SMOKE_GPUS:-8}"
 NS=phalanx-smoke
 T_START=$SECONDS
 
+LOGS_KEPT="${SMOKE_LOG_DIR:-/tmp/phalanx-smoke-logs}"
+
 UP=0
 fail() {
   echo "SMOKE FAIL: $*" >&2
@@ -21,6 +23,8 @@ fail() {
       echo "---- last lines of $run/logs/$l.log" >&2
       tail -n 15 "$run/logs/$l.log" >&2 2>/dev/null || true
     done
+    rm -rf "$LOGS_KEPT" && mkdir -p "$LOGS_KEPT" && cp -r "$run/logs/." "$LOGS_KEPT/" 2>/dev/null &&
+      echo "SMOKE: full logs copied to $LOGS_KEPT" >&2
   fi
   exit 1
 }
@@ -38,6 +42,10 @@ command -v go >/dev/null 2>&1 ||
   fail "Go is not installed (the 'go' tool is not on PATH); the testbed builds kube-apiserver, etcd and kwok from Go modules - install Go >= 1.26"
 command -v curl >/dev/null 2>&1 || fail "curl is not installed"
 command -v openssl >/dev/null 2>&1 || fail "openssl is not installed"
+
+if "$TB" status >/dev/null 2>&1; then
+  fail "a testbed is already up at $(dirname "$("$TB" kubeconfig-path)"); run '$TB down' first, or give the smoke test its own PHALANX_TESTBED_DIR and PHALANX_*_PORT values"
+fi
 
 "$TB" build || fail "testbed build failed"
 UP=1
