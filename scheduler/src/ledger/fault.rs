@@ -41,9 +41,15 @@ pub struct ScheduledFault {
 impl ScheduledFault {
     /// Parses `ACTION:TARGET@TIME`, e.g. `kill:leader@30s` (time in `ms`, `s` or `m`).
     pub fn parse(text: &str) -> Result<Self, String> {
-        let bad = |why: &str| format!("--fault {text:?}: {why} (expected e.g. kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s)");
+        let bad = |why: &str| {
+            format!(
+                "--fault {text:?}: {why} (expected e.g. kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s)"
+            )
+        };
         let (what, when) = text.split_once('@').ok_or_else(|| bad("no @TIME"))?;
-        let (action, target) = what.split_once(':').ok_or_else(|| bad("no ACTION:TARGET"))?;
+        let (action, target) = what
+            .split_once(':')
+            .ok_or_else(|| bad("no ACTION:TARGET"))?;
         let replica = || -> Result<u64, String> {
             target
                 .strip_prefix("replica-")
@@ -61,7 +67,8 @@ impl ScheduledFault {
             _ => return Err(bad("unknown action; use kill, restart, isolate or heal")),
         };
         Ok(Self {
-            at_ms: parse_time_ms(when).ok_or_else(|| bad("the time must be like 1500ms, 30s or 2m"))?,
+            at_ms: parse_time_ms(when)
+                .ok_or_else(|| bad("the time must be like 1500ms, 30s or 2m"))?,
             fault,
         })
     }
@@ -88,14 +95,26 @@ mod tests {
     fn fault_specs_parse_and_bad_ones_say_what_is_expected() {
         assert_eq!(
             ScheduledFault::parse("kill:leader@30s"),
-            Ok(ScheduledFault { at_ms: 30_000, fault: LedgerFault::KillLeader })
+            Ok(ScheduledFault {
+                at_ms: 30_000,
+                fault: LedgerFault::KillLeader
+            })
         );
         assert_eq!(
             ScheduledFault::parse("restart:replica-2@1500ms").map(|f| f.fault),
             Ok(LedgerFault::Restart(Some(2)))
         );
-        assert_eq!(ScheduledFault::parse("isolate:replica-1@2m").map(|f| f.at_ms), Ok(120_000));
-        for bad in ["kill:leader", "kill@3s", "explode:leader@3s", "kill:replica-0@3s", "kill:leader@soon"] {
+        assert_eq!(
+            ScheduledFault::parse("isolate:replica-1@2m").map(|f| f.at_ms),
+            Ok(120_000)
+        );
+        for bad in [
+            "kill:leader",
+            "kill@3s",
+            "explode:leader@3s",
+            "kill:replica-0@3s",
+            "kill:leader@soon",
+        ] {
             let err = ScheduledFault::parse(bad).unwrap_err();
             assert!(err.contains(bad) && err.contains("expected e.g."), "{err}");
         }

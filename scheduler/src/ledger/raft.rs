@@ -10,8 +10,8 @@ use phalanx_statestore::{
 };
 
 use super::{
-    FIRST_EPOCH, LedgerError, LedgerFault, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict, chunks,
-    load_commands, to_ledger_gang,
+    FIRST_EPOCH, LedgerError, LedgerFault, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict,
+    chunks, load_commands, to_ledger_gang,
 };
 use crate::framework::GangPlacement;
 use crate::model::{Node, ObjectKey, Pod};
@@ -194,7 +194,8 @@ impl PlacementLedger for RaftLedger {
             .cluster
             .as_mut()
             .ok_or_else(|| LedgerError::Unavailable("the ledger is shut down".into()))?;
-        let failed = |e: phalanx_statestore::ReplicaError| LedgerError::Unavailable(format!("{fault}: {e}"));
+        let failed =
+            |e: phalanx_statestore::ReplicaError| LedgerError::Unavailable(format!("{fault}: {e}"));
         match fault {
             LedgerFault::KillLeader | LedgerFault::Kill(_) => {
                 let id = match fault {
@@ -211,10 +212,9 @@ impl PlacementLedger for RaftLedger {
             LedgerFault::Restart(which) => {
                 let id = match which {
                     Some(id) => *id,
-                    None => *self
-                        .stopped
-                        .last()
-                        .ok_or_else(|| LedgerError::Refused("restart:last: no replica was stopped".into()))?,
+                    None => *self.stopped.last().ok_or_else(|| {
+                        LedgerError::Refused("restart:last: no replica was stopped".into())
+                    })?,
                 };
                 self.runtime.block_on(cluster.restart(id)).map_err(failed)?;
                 self.stopped.retain(|s| *s != id);

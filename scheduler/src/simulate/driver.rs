@@ -15,7 +15,9 @@ use crate::cluster::sim::SimCluster;
 use crate::framework::cycle::pending_reason;
 use crate::framework::{CyclePlan, SchedulerConf, run_cycle};
 use crate::invariants::{self, Violation};
-use crate::ledger::{LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger};
+use crate::ledger::{
+    LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger,
+};
 use crate::model::{ObjectKey, TimeMs};
 
 #[derive(Clone, Debug)]
@@ -221,7 +223,10 @@ pub fn drive_with(
         }
         finished = if opts.exact_cycles.is_some() || changed {
             sim.advance_to(next)
-        } else if let Some(t) = sim.next_event_ms().or_else(|| faults.peek().map(|f| f.at_ms)) {
+        } else if let Some(t) = sim
+            .next_event_ms()
+            .or_else(|| faults.peek().map(|f| f.at_ms))
+        {
             let t = t.max(next);
             sim.advance_to(opts.horizon_ms.map_or(t, |h| t.min(h)))
         } else {

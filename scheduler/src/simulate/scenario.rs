@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::cluster::sim::SimCluster;
-use crate::ledger::start_ledger;
+use crate::ledger::{ScheduledFault, start_ledger};
 use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
 use crate::simulate::driver::{DriverOptions, RunOutcome, drive_with};
@@ -20,6 +20,8 @@ pub struct ScenarioOptions {
     /// Scheduler replicas: 1 applies the ledger's state machine in process; more start the
     /// replicated ledger on loopback.
     pub replicas: usize,
+    /// Faults injected into the replicated ledger.
+    pub faults: Vec<ScheduledFault>,
 }
 
 impl Default for ScenarioOptions {
@@ -29,6 +31,7 @@ impl Default for ScenarioOptions {
             strict_config: false,
             period_ms: 1_000,
             replicas: 1,
+            faults: Vec::new(),
         }
     }
 }
@@ -93,6 +96,7 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
             .as_ref()
             .and_then(|e| (e.cycles > 0).then_some(e.cycles)),
         check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
+        faults: opts.faults.clone(),
         ..DriverOptions::default()
     };
     let outcome = match start_ledger(opts.replicas) {
@@ -156,6 +160,18 @@ pub fn render(report: &ScenarioReport) -> String {
     );
     for w in report.warnings.iter().chain(&report.outcome.warnings) {
         let _ = writeln!(out, "warning: {w}");
+    }
+    for f in &report.outcome.faults {
+        let _ = writeln!(
+            out,
+            "fault at {:.1}s: {}; next plan committed {}",
+            f.at_ms as f64 / 1000.0,
+            f.what,
+            f.recovered_after.map_or_else(
+                || "never (no plan was committed after it)".to_string(),
+                |d| format!("{:.0} ms later", d.as_secs_f64() * 1000.0)
+            )
+        );
     }
     for (cycle, gang, why) in &report.outcome.ledger_refusals {
         let _ = writeln!(out, "ledger refused gang {gang} in cycle {cycle}: {why}");
