@@ -99,6 +99,21 @@ pub struct FaultRecord {
     pub recovered_after: Option<Duration>,
 }
 
+impl std::fmt::Display for FaultRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "fault at {:.1}s: {}; next plan committed ",
+            self.at_ms as f64 / 1000.0,
+            self.what
+        )?;
+        match self.recovered_after {
+            Some(d) => write!(f, "{:.0} ms later", d.as_secs_f64() * 1000.0),
+            None => f.write_str("never (no plan was committed after it)"),
+        }
+    }
+}
+
 impl RunOutcome {
     pub fn total_binds(&self) -> usize {
         self.stats.iter().map(|s| s.binds).sum()

@@ -111,16 +111,7 @@ pub fn run(
         pct(1.0)
     );
     for f in &outcome.faults {
-        let _ = writeln!(
-            out,
-            "fault at {:.1}s: {}; next plan committed {}",
-            f.at_ms as f64 / 1000.0,
-            f.what,
-            f.recovered_after.map_or_else(
-                || "never".to_string(),
-                |d| format!("{:.0} ms later", d.as_secs_f64() * 1000.0)
-            )
-        );
+        let _ = writeln!(out, "{f}");
     }
     if !outcome.ledger_errors.is_empty() {
         anyhow::bail!("{out}ledger errors: {}", outcome.ledger_errors.join("; "));

@@ -74,7 +74,7 @@ pub fn run_scenario(
 }
 
 /// Runs an already loaded workload.
-pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> ScenarioReport {
+pub fn run_workload(name: &str, mut workload: Workload, opts: &ScenarioOptions) -> ScenarioReport {
     let conf = workload.effective_scheduler_conf();
     let config_source = if workload.scheduler_conf.is_some() {
         "the scenario's volcano-scheduler.conf".to_string()
@@ -82,13 +82,8 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
         "the default configuration".to_string()
     };
     let expectation = workload.expectation.clone();
-    let mut sim = SimCluster::new(
-        workload.nodes,
-        workload.pods,
-        workload.pod_groups,
-        workload.queues,
-        workload.priority_classes,
-    );
+    let warnings = std::mem::take(&mut workload.warnings);
+    let mut sim = SimCluster::from_workload(workload);
     let driver = DriverOptions {
         scheduler_name: opts.scheduler_name.clone(),
         period_ms: opts.period_ms,
@@ -133,7 +128,7 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
     }
     ScenarioReport {
         name: name.to_string(),
-        warnings: workload.warnings,
+        warnings,
         outcome,
         sim,
         unmet,
@@ -162,16 +157,7 @@ pub fn render(report: &ScenarioReport) -> String {
         let _ = writeln!(out, "warning: {w}");
     }
     for f in &report.outcome.faults {
-        let _ = writeln!(
-            out,
-            "fault at {:.1}s: {}; next plan committed {}",
-            f.at_ms as f64 / 1000.0,
-            f.what,
-            f.recovered_after.map_or_else(
-                || "never (no plan was committed after it)".to_string(),
-                |d| format!("{:.0} ms later", d.as_secs_f64() * 1000.0)
-            )
-        );
+        let _ = writeln!(out, "{f}");
     }
     for (cycle, gang, why) in &report.outcome.ledger_refusals {
         let _ = writeln!(out, "ledger refused gang {gang} in cycle {cycle}: {why}");
