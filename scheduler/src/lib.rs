@@ -17,4 +17,5 @@ pub mod ledger;
 pub mod manifest;
 pub mod model;
 pub mod plugins;
+pub mod shard;
 pub mod simulate;
