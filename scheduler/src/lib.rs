@@ -11,6 +11,7 @@
 
 pub mod actions;
 pub mod cluster;
+pub mod coord;
 pub mod framework;
 pub mod invariants;
 pub mod ledger;
