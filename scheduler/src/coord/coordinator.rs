@@ -373,6 +373,9 @@ impl Coordinator {
                     self.send_prepares(txn, out);
                 }
             }
+            (Phase::Preparing, PrepareReply::Refused(_)) if a.prepared.contains(&shard) => {
+                // Its reservation is in the ledger: a refusal now answers a stale resend.
+            }
             (Phase::Preparing, PrepareReply::Refused(reason)) => {
                 let reason = format!("shard {shard} refused: {reason}");
                 self.decide(txn, TxnDecision::Abort, &reason, out);

@@ -162,6 +162,27 @@ fn a_refusal_proposes_abort_naming_the_shard_and_reason() {
 }
 
 #[test]
+fn a_refusal_from_a_shard_that_already_prepared_is_ignored_as_stale() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    assert!(
+        c.step(reply(1, PrepareReply::Refused("busy".into())))
+            .is_empty()
+    );
+    assert_eq!(c.phase(TXN), Some(Phase::Preparing));
+}
+
+#[test]
+fn a_reply_from_a_shard_that_is_not_a_participant_is_ignored() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    assert!(
+        c.step(reply(3, PrepareReply::Refused("who?".into())))
+            .is_empty()
+    );
+    assert!(c.step(ledger("unknown", LedgerResult::Begun)).is_empty());
+}
+
+#[test]
 fn a_commit_decision_binds_every_pod_and_tells_every_participant() {
     let mut c = preparing(PrepareOrder::Parallel);
     c.step(reply(1, PrepareReply::Prepared));
