@@ -67,7 +67,7 @@ impl Default for CoordConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum CoordConfigError {
     /// A limit that must be at least 1 is 0.
-    #[error("coordinator.{field}: must be at least 1, got 0")]
+    #[error("{field}: must be at least 1, got 0")]
     Zero {
         /// The field.
         field: &'static str,
@@ -79,13 +79,13 @@ impl CoordConfig {
     pub fn validate(self) -> Result<Self, CoordConfigError> {
         let zero = |field| Err(CoordConfigError::Zero { field });
         if self.max_in_flight == 0 {
-            return zero("maxInFlight");
+            return zero("coordinator.maxInFlight");
         }
         if self.resend_after_ms == 0 {
-            return zero("resendAfterMs");
+            return zero("coordinator.resendAfterMs");
         }
         if self.max_decide_attempts == 0 {
-            return zero("maxDecideAttempts");
+            return zero("coordinator.maxDecideAttempts");
         }
         Ok(self)
     }

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use phalanx_statestore::ledger::{Epoch, ShardId, TxnId};
 use phalanx_statestore::{GangPlacement, LedgerCommand};
 
+use super::coordinator::CoordConfigError;
 use super::messages::{LedgerResult, ParticipantCommand, ParticipantEvent, Prepare, PrepareReply};
 
 /// Limits of a participant.
@@ -37,6 +38,18 @@ impl Default for ParticipantConfig {
             max_in_flight: 64,
             linger_ms: 1_000,
         }
+    }
+}
+
+impl ParticipantConfig {
+    /// Checks every field; the error names the offending one.
+    pub fn validate(self) -> Result<Self, CoordConfigError> {
+        if self.max_in_flight == 0 {
+            return Err(CoordConfigError::Zero {
+                field: "participant.maxInFlight",
+            });
+        }
+        Ok(self)
     }
 }
 

@@ -537,6 +537,32 @@ fn two_cross_shard_gangs_competing_for_the_same_gpus_commit_exactly_one() {
     }
 }
 
+/// Why Ascending is the default: with parallel prepares each gang can reserve one node and
+/// be refused the other, so both abort (safe, but neither runs). Never both commit, never a
+/// leak.
+#[test]
+fn with_parallel_prepares_competing_gangs_never_both_commit_but_may_both_abort() {
+    let mut both_aborted = 0;
+    for seed in SEEDS {
+        let mut w = World::new(seed, 100, 4);
+        w.order = PrepareOrder::Parallel;
+        w.coordinator(0);
+        w.coordinator(3);
+        w.start(0, 1, "ns/a", &[(1, 4), (2, 4)]);
+        w.start(3, 1, "ns/b", &[(2, 4), (1, 4)]);
+        w.run(false);
+        let committed = w
+            .reports
+            .iter()
+            .filter(|(_, o, _)| *o == TxnOutcome::Committed)
+            .count();
+        assert!(committed <= 1, "seed={seed}: {:?}", w.reports);
+        both_aborted += usize::from(committed == 0);
+        w.assert_no_reservation_left();
+    }
+    assert!(both_aborted > 0, "no seed showed the both-abort case");
+}
+
 #[test]
 fn a_stale_epoch_participants_reserve_is_refused_and_the_gang_aborts() {
     for seed in SEEDS {

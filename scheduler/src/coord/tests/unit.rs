@@ -469,6 +469,17 @@ fn a_zero_limit_in_the_config_is_refused_naming_the_field() {
         "coordinator.maxInFlight: must be at least 1, got 0"
     );
     assert!(CoordConfig::default().validate().is_ok());
+    let err = ParticipantConfig {
+        max_in_flight: 0,
+        linger_ms: 0,
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "participant.maxInFlight: must be at least 1, got 0"
+    );
+    assert!(ParticipantConfig::default().validate().is_ok());
 }
 
 // ---- participant ----
