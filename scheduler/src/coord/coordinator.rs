@@ -466,59 +466,69 @@ impl Coordinator {
 
     fn on_tick(&mut self, now_ms: u64, out: &mut Vec<CoordCommand>) {
         self.now_ms = self.now_ms.max(now_ms);
-        let now = self.now_ms;
         let ids: Vec<TxnId> = self.active.keys().cloned().collect();
         for txn in ids {
-            let Some(a) = self.active.get(&txn) else {
-                continue;
-            };
-            let due = now.saturating_sub(a.last_sent_ms) >= self.config.resend_after_ms;
-            match a.phase {
-                Phase::Beginning | Phase::Preparing if now >= a.deadline_ms => {
-                    let missing: Vec<ShardId> = a
-                        .parts
-                        .keys()
-                        .filter(|s| !a.prepared.contains(s))
-                        .copied()
-                        .collect();
-                    let reason = format!("deadline passed; shards {missing:?} not prepared");
-                    self.decide(&txn, TxnDecision::Abort, &reason, out);
-                }
-                Phase::Beginning if due => {
-                    out.push(CoordCommand::ProposeToLedger(LedgerCommand::TxnBegin {
-                        txn: txn.clone(),
-                        shard: self.shard,
-                        epoch: self.epoch,
-                        participants: a.parts.keys().copied().collect(),
-                        deadline_ms: a.deadline_ms,
-                    }));
-                    self.touch(&txn);
-                }
-                Phase::Preparing if due => {
-                    for s in a.asked.difference(&a.prepared) {
-                        out.push(prepare_command(&txn, self.shard, a, *s));
-                    }
-                    self.touch(&txn);
-                }
-                Phase::Deciding(d) if due => {
-                    if a.decide_attempts >= self.config.max_decide_attempts {
-                        let reason = format!(
-                            "decision {d:?} unanswered after {} proposals; recovery finishes it",
-                            a.decide_attempts
-                        );
-                        self.active.remove(&txn);
-                        out.push(report(&txn, TxnOutcome::Unfinished, reason));
-                    } else {
-                        out.push(self.decide_command(&txn, d));
-                        if let Some(a) = self.active.get_mut(&txn) {
-                            a.decide_attempts += 1;
-                            a.last_sent_ms = now;
-                        }
-                    }
-                }
-                _ => {}
-            }
+            self.tick_txn(&txn, out);
         }
+        self.expire_queued(out);
+    }
+
+    /// Deadline and resends of one in-flight transaction.
+    fn tick_txn(&mut self, txn: &TxnId, out: &mut Vec<CoordCommand>) {
+        let now = self.now_ms;
+        let Some(a) = self.active.get(txn) else {
+            return;
+        };
+        let due = now.saturating_sub(a.last_sent_ms) >= self.config.resend_after_ms;
+        match a.phase {
+            Phase::Beginning | Phase::Preparing if now >= a.deadline_ms => {
+                let missing: Vec<ShardId> = a
+                    .parts
+                    .keys()
+                    .filter(|s| !a.prepared.contains(s))
+                    .copied()
+                    .collect();
+                let reason = format!("deadline passed; shards {missing:?} not prepared");
+                self.decide(txn, TxnDecision::Abort, &reason, out);
+            }
+            Phase::Beginning if due => {
+                out.push(CoordCommand::ProposeToLedger(LedgerCommand::TxnBegin {
+                    txn: txn.clone(),
+                    shard: self.shard,
+                    epoch: self.epoch,
+                    participants: a.parts.keys().copied().collect(),
+                    deadline_ms: a.deadline_ms,
+                }));
+                self.touch(txn);
+            }
+            Phase::Preparing if due => {
+                for s in a.asked.difference(&a.prepared) {
+                    out.push(prepare_command(txn, self.shard, a, *s));
+                }
+                self.touch(txn);
+            }
+            Phase::Deciding(d) if due && a.decide_attempts >= self.config.max_decide_attempts => {
+                let reason = format!(
+                    "decision {d:?} unanswered after {} proposals; recovery finishes it",
+                    a.decide_attempts
+                );
+                self.active.remove(txn);
+                out.push(report(txn, TxnOutcome::Unfinished, reason));
+            }
+            Phase::Deciding(d) if due => {
+                out.push(self.decide_command(txn, d));
+                if let Some(a) = self.active.get_mut(txn) {
+                    a.decide_attempts += 1;
+                    a.last_sent_ms = now;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Queued starts whose deadline passed are rejected without touching the ledger.
+    fn expire_queued(&mut self, out: &mut Vec<CoordCommand>) {
+        let now = self.now_ms;
         let (expired, kept): (Vec<StartTxn>, Vec<StartTxn>) =
             self.queue.drain(..).partition(|s| s.deadline_ms <= now);
         self.queue = kept.into();
