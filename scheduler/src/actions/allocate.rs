@@ -7,7 +7,7 @@
 //! committed and the job goes back in line for its remaining (elastic) tasks; if the gang
 //! cannot become ready, everything it tentatively took is given back.
 
-use crate::actions::job_blocker;
+use crate::actions::job_block;
 use std::collections::HashMap;
 
 use crate::framework::node_picker::NodePicker;
@@ -31,8 +31,8 @@ pub fn run(session: &mut Session) {
             }
             continue;
         }
-        if let Some(reason) = job_blocker(session, job) {
-            session.state.jobs[job].blocked_reason = Some(reason);
+        if let Some((code, reason)) = job_block(session, job) {
+            session.state.jobs[job].block(code, reason);
             continue;
         }
         let queue = session.state.jobs[job]

@@ -3,7 +3,7 @@
 //! capability). Only admitted gangs are placed by `allocate`, so a gang that can never fit
 //! does not hold anything. Queues take turns in queue order, one gang at a time.
 
-use crate::actions::job_blocker;
+use crate::actions::job_block;
 use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::{JobId, QueueId, Session};
 use crate::model::PodGroupPhase;
@@ -14,21 +14,14 @@ pub fn run(session: &mut Session) {
         .collect();
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
-        if !j.is_pending_phase() {
+        if !j.is_pending_phase() || j.admission_released {
             continue;
         }
-        if let Some(reason) = job_blocker(session, job) {
-            session.state.jobs[job].blocked_reason = Some(reason);
+        if let Some((code, reason)) = job_block(session, job) {
+            session.state.jobs[job].block(code, reason);
             continue;
         }
-        let queue = j.queue.expect("job_blocker rejects jobs without a queue");
-        if !session.state.queues[queue].is_open() {
-            session.state.jobs[job].blocked_reason = Some(format!(
-                "queue {} is {:?} and admits no new PodGroups",
-                session.state.queues[queue].queue.name, session.state.queues[queue].queue.state
-            ));
-            continue;
-        }
+        let queue = j.queue.expect("job_block rejects jobs without a queue");
         let (state, plugins) = (&session.state, &session.plugins);
         per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
     }

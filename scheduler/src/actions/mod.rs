@@ -4,6 +4,9 @@
 pub mod allocate;
 pub mod backfill;
 pub mod enqueue;
+pub mod preempt;
+pub mod reclaim;
+pub mod victims;
 
 use crate::framework::Session;
 
@@ -14,22 +17,63 @@ pub fn run(name: &str, session: &mut Session) {
         "enqueue" => enqueue::run(session),
         "allocate" => allocate::run(session),
         "backfill" => backfill::run(session),
+        "preempt" => preempt::run(session),
+        "reclaim" => reclaim::run(session),
         _ => {}
     }
 }
 
 /// Why a job is not considered at all this cycle, or `None` when it may be scheduled.
 pub(crate) fn job_blocker(session: &Session, job: crate::framework::JobId) -> Option<String> {
+    job_block(session, job).map(|(_, message)| message)
+}
+
+/// [`job_blocker`] with the condition reason to show (`QueueNotFound`, `QueueClosed`,
+/// `Timeout`, or the plugin's reason such as `NotEnoughPods`).
+pub(crate) fn job_block(
+    session: &Session,
+    job: crate::framework::JobId,
+) -> Option<(&'static str, String)> {
     let state = &session.state;
     let j = &state.jobs[job];
-    if j.queue.is_none() {
-        return Some(format!(
-            "queue {:?} does not exist; create it or point the PodGroup at an existing queue",
-            j.pod_group.queue
+    let Some(queue) = j.queue else {
+        return Some((
+            "QueueNotFound",
+            format!(
+                "queue {:?} does not exist; create it or point the PodGroup at an existing queue",
+                j.pod_group.queue
+            ),
+        ));
+    };
+    if j.phase == crate::model::PodGroupPhase::Pending && !state.queues[queue].is_open() {
+        return Some((
+            "QueueClosed",
+            format!(
+                "queue {} is {:?} and admits no new PodGroups",
+                state.queues[queue].queue.name, state.queues[queue].queue.state
+            ),
+        ));
+    }
+    if j.timed_out(state.now_ms)
+        && j.timeout.action == crate::framework::timeout::TimeoutAction::Stop
+    {
+        return Some((
+            "Timeout",
+            format!(
+                "schedule-timeout {} passed with timeout-action stop; no longer scheduled",
+                crate::framework::timeout::format_duration(j.timeout.timeout_ms.unwrap_or(0))
+            ),
         ));
     }
     if let Some(invalid) = session.plugins.job_valid(state, job) {
-        return Some(invalid.message);
+        return Some((
+            if invalid.reason == "NotEnoughPods" {
+                "NotEnoughPods"
+            } else {
+                "Invalid"
+            },
+            invalid.message,
+        ));
     }
     None
 }

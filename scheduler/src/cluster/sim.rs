@@ -125,17 +125,24 @@ impl SimCluster {
                 .is_some_and(|p| p.phase == PodPhase::Running)
     }
 
-    /// Deletes a pod as an eviction does, keeping a record that it was evicted.
-    pub fn evict(&mut self, pod: &ObjectKey) -> Result<(), ClusterError> {
-        if self.pods.remove(pod).is_none() {
-            return Err(ClusterError::NotFound {
-                kind: "pod",
-                key: pod.to_string(),
-            });
+    /// Adds objects to the running cluster (a workload that arrives later).
+    pub fn add(&mut self, pods: Vec<Pod>, pod_groups: Vec<PodGroup>) {
+        for g in pod_groups {
+            self.pod_groups.insert(g.key.clone(), g);
         }
-        self.work_started_ms.remove(pod);
-        self.evicted.insert(pod.clone());
-        Ok(())
+        for p in pods {
+            self.pods.insert(p.key.clone(), Arc::new(p));
+        }
+    }
+
+    /// How many pods were evicted so far.
+    pub fn evicted_count(&self) -> usize {
+        self.evicted.len()
+    }
+
+    /// The pods evicted so far, by key.
+    pub fn evicted(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.evicted.iter()
     }
 
     /// The next moment a running pod finishes, if any.
@@ -276,6 +283,19 @@ impl Cluster for SimCluster {
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
         self.events.push((self.now_ms, event.clone()));
+        Ok(())
+    }
+
+    /// Deletes the pod at once (no grace period), keeping a record that it was evicted.
+    fn evict(&mut self, pod: &ObjectKey, _reason: &str) -> Result<(), ClusterError> {
+        if self.pods.remove(pod).is_none() {
+            return Err(ClusterError::NotFound {
+                kind: "pod",
+                key: pod.to_string(),
+            });
+        }
+        self.work_started_ms.remove(pod);
+        self.evicted.insert(pod.clone());
         Ok(())
     }
 }

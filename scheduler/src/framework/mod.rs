@@ -5,6 +5,7 @@
 
 pub mod conf;
 pub mod cycle;
+pub mod explain;
 pub mod fit;
 pub mod node_picker;
 pub mod ordered_queue;
@@ -13,11 +14,12 @@ pub mod plugin;
 pub mod plugin_set;
 pub mod session;
 pub mod statement;
+pub mod timeout;
 
 pub use conf::SchedulerConf;
 pub use cycle::run_cycle;
 pub use fit::{FitErrors, Unfit};
-pub use plan::{CyclePlan, Event, GangPlacement, Placement};
+pub use plan::{CyclePlan, Event, Eviction, GangPlacement, Placement};
 pub use plugin::{Invalid, Plugin, Vote};
 pub use plugin_set::PluginSet;
 pub use session::{JobId, NodeId, QueueId, Session, SessionState, TaskId, TaskStatus};

@@ -177,6 +177,53 @@ impl Plugin for ProportionPlugin {
         Some(future.fits_in_dimensions(&self.queues[queue].deserved, req))
     }
 
+    /// A queue gives back only what it holds beyond its deserved share, and only if it is
+    /// `reclaimable`: after the eviction it still holds at least its deserved amount (and so
+    /// its guarantee) of every contended resource the victims free. This is what keeps two queues from
+    /// taking turns: the reclaimer never rises above its deserved share (see `allocatable`)
+    /// and the victim never falls below its own.
+    fn reclaimable(
+        &self,
+        state: &SessionState,
+        reclaimer: JobId,
+        victims: &[TaskId],
+    ) -> Option<bool> {
+        let mut freed = Resources::new();
+        let mut victim_queue = None;
+        for &v in victims {
+            let q = state.tasks[v].job.and_then(|j| state.jobs[j].queue)?;
+            if victim_queue.is_some_and(|vq| vq != q) {
+                return Some(false);
+            }
+            victim_queue = Some(q);
+            freed.add(state.tasks[v].resreq());
+        }
+        let q = victim_queue?;
+        if Some(q) == state.jobs[reclaimer].queue || !state.queues[q].queue.reclaimable {
+            return Some(false);
+        }
+        // Only resources the queue holds beyond its deserved amount can be taken back
+        // (where it holds no more than deserved, e.g. cpu that nobody is short of, the
+        // deserved amount is simply all it asked for); at least one of them must be among
+        // what the victims free, and on each of them the queue keeps its floor.
+        let allocated = &state.queues[q].allocated;
+        let floor = self.queues[q]
+            .deserved
+            .max_amounts(&state.queues[q].queue.guarantee);
+        let mut contended = false;
+        for (name, amount) in freed.iter() {
+            let (have, keep) = (allocated.get(name.as_str()), floor.get(name.as_str()));
+            if amount <= 0 || have <= keep {
+                continue;
+            }
+            contended = true;
+            if have - amount < keep {
+                return Some(false);
+            }
+        }
+        Some(contended)
+    }
+
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
         match self.enqueue_refusal(state, job) {
             Some(_) => Vote::Reject,

@@ -51,6 +51,7 @@ pub struct CycleStats {
     pub at_ms: TimeMs,
     pub duration: Duration,
     pub binds: usize,
+    pub evictions: usize,
     pub phase_changes: usize,
     pub finished_pods: usize,
 }
@@ -135,11 +136,13 @@ pub fn drive(
             at_ms: sim.now_ms(),
             duration,
             binds: plan.bind_count(),
+            evictions: plan.evictions.len(),
             phase_changes,
             finished_pods,
         };
         on_cycle(&stats);
-        let changed = stats.binds > 0 || stats.phase_changes > 0 || finished_pods > 0;
+        let changed =
+            stats.binds > 0 || stats.evictions > 0 || stats.phase_changes > 0 || finished_pods > 0;
         outcome.stats.push(stats);
 
         let next = sim.now_ms() + opts.period_ms;
@@ -148,7 +151,7 @@ pub fn drive(
         }
         if opts.exact_cycles.is_some() || changed {
             finished_pods = sim.advance_to(next);
-        } else if let Some(t) = sim.next_event_ms() {
+        } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms) {
             let t = t.max(next);
             let t = opts.horizon_ms.map_or(t, |h| t.min(h));
             finished_pods = sim.advance_to(t);
@@ -160,8 +163,20 @@ pub fn drive(
     outcome
 }
 
-/// Performs a plan: binds gang by gang, then status writes and events.
+fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Performs a plan: evictions first, then binds gang by gang, then status writes and events.
 fn perform(sim: &mut SimCluster, plan: &CyclePlan, errors: &mut Vec<String>) {
+    for eviction in &plan.evictions {
+        if let Err(e) = sim.evict(&eviction.pod, &eviction.reason) {
+            errors.push(format!("evict {}: {e}", eviction.pod));
+        }
+    }
     for gang in &plan.gangs {
         for p in &gang.placements {
             if let Err(e) = sim.bind(&p.pod, &p.node) {

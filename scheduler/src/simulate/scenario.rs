@@ -226,6 +226,16 @@ pub fn render(report: &ScenarioReport) -> String {
         }
     }
 
+    let evicted: Vec<String> = sim.evicted().map(|k| k.to_string()).collect();
+    if !evicted.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nEvicted by preempt/reclaim ({}): {}",
+            evicted.len(),
+            evicted.join(", ")
+        );
+    }
+
     let _ = writeln!(out);
     if report.outcome.violations.is_empty() {
         let _ = writeln!(
