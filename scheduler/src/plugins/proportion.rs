@@ -178,8 +178,8 @@ impl Plugin for ProportionPlugin {
     }
 
     /// A queue gives back only what it holds beyond its deserved share, and only if it is
-    /// `reclaimable`: after the eviction it still holds at least its deserved amount (and so
-    /// its guarantee) of every contended resource the victims free. This is what keeps two queues from
+    /// `reclaimable`: after the eviction its share is still at least 1 (it holds at least its
+    /// deserved amount of its dominant resource), and it keeps its guarantee. This is what keeps two queues from
     /// taking turns: the reclaimer never rises above its deserved share (see `allocatable`)
     /// and the victim never falls below its own.
     fn reclaimable(
@@ -202,26 +202,21 @@ impl Plugin for ProportionPlugin {
         if Some(q) == state.jobs[reclaimer].queue || !state.queues[q].queue.reclaimable {
             return Some(false);
         }
-        // Only resources the queue holds beyond its deserved amount can be taken back
-        // (where it holds no more than deserved, e.g. cpu that nobody is short of, the
-        // deserved amount is simply all it asked for); at least one of them must be among
-        // what the victims free, and on each of them the queue keeps its floor.
-        let allocated = &state.queues[q].allocated;
-        let floor = self.queues[q]
-            .deserved
-            .max_amounts(&state.queues[q].queue.guarantee);
-        let mut contended = false;
-        for (name, amount) in freed.iter() {
-            let (have, keep) = (allocated.get(name.as_str()), floor.get(name.as_str()));
-            if amount <= 0 || have <= keep {
-                continue;
-            }
-            contended = true;
-            if have - amount < keep {
-                return Some(false);
-            }
+        // The queue's share (its largest allocated/deserved ratio, the same share that
+        // orders queues) must stay at or above 1 after the eviction, and no guaranteed
+        // amount may be touched.
+        let mut after = state.queues[q].allocated.clone();
+        after.sub(&freed);
+        let guarantee = &state.queues[q].queue.guarantee;
+        if !guarantee.restricted_to(&freed).fits_in(&after) {
+            return Some(false);
         }
-        Some(contended)
+        let deserved = &self.queues[q].deserved;
+        let still_at_share = after.iter().any(|(name, have)| {
+            let d = deserved.get(name.as_str());
+            have > 0 && have >= d
+        });
+        Some(still_at_share)
     }
 
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
+use crate::framework::{SchedulerConf, run_cycle};
 use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
 use crate::simulate::driver::{DriverOptions, RunOutcome, drive};
@@ -38,6 +40,9 @@ pub struct ScenarioReport {
     pub unmet: Vec<Unmet>,
     pub has_expectation: bool,
     pub config_source: String,
+    /// The configuration the run used (for `--explain`).
+    pub conf: SchedulerConf,
+    pub scheduler_name: String,
 }
 
 impl ScenarioReport {
@@ -116,6 +121,8 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
         unmet,
         has_expectation: expectation.is_some(),
         config_source,
+        conf,
+        scheduler_name: opts.scheduler_name.clone(),
     }
 }
 
@@ -251,6 +258,39 @@ pub fn render(report: &ScenarioReport) -> String {
             for u in &report.unmet {
                 let _ = writeln!(out, "  - {u}");
             }
+        }
+    }
+    out
+}
+
+/// `--explain NAMESPACE/PODGROUP`: one more (dry) cycle on the cluster as the run left it,
+/// then why the PodGroup is where it is, in numbers, with its recent Events.
+pub fn explain(report: &ScenarioReport, key: &ObjectKey) -> String {
+    let snapshot = report.sim.snapshot();
+    let (_, session) = run_cycle(&snapshot, &report.conf, &report.scheduler_name);
+    let mut out = crate::framework::explain::explain(&session, key);
+    let events: Vec<_> = report
+        .sim
+        .events()
+        .iter()
+        .filter(|(_, e)| &e.object == key)
+        .collect();
+    if !events.is_empty() {
+        let _ = writeln!(
+            out,
+            "  events (last {} of {}):",
+            events.len().min(10),
+            events.len()
+        );
+        for (at, e) in events.iter().rev().take(10).rev() {
+            let _ = writeln!(
+                out,
+                "    {:>8.1}s {:<7} {:<20} {}",
+                *at as f64 / 1000.0,
+                e.kind,
+                e.reason,
+                e.message
+            );
         }
     }
     out
