@@ -24,12 +24,12 @@
 //! `preemptionPolicy: Never` never evicts anyone.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::actions::job_blocker;
 use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::plan::Event;
-use crate::framework::{JobId, NodeId, QueueId, Session, Statement, TaskId};
+use crate::framework::{JobId, NodeId, QueueId, Session, Statement, TaskId, TaskStatus};
 use crate::model::{PodGroupPhase, Resources};
 
 /// Which action is making room.
@@ -89,6 +89,9 @@ pub fn run(session: &mut Session, mode: Mode) {
             queues.push(q, |a, b| plugins.queue_order(state, a, b));
         }
     }
+    // Candidate victims depend on the preemptor only through its queue (and its priority,
+    // for preempt); whether each is still evictable is checked again when it is used.
+    let mut units_cache: HashMap<(QueueId, i32), Vec<Unit>> = HashMap::new();
     loop {
         let popped = {
             let (state, plugins) = (&session.state, &session.plugins);
@@ -100,7 +103,7 @@ pub fn run(session: &mut Session, mode: Mode) {
             per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
         };
         let Some(job) = job else { continue };
-        make_room(session, job, mode, &deserved);
+        make_room(session, job, mode, &deserved, &mut units_cache);
         if !per_queue[queue].is_empty() {
             let (state, plugins) = (&session.state, &session.plugins);
             queues.push(queue, |a, b| plugins.queue_order(state, a, b));
@@ -134,7 +137,13 @@ fn pipelined_ready(session: &Session, job: JobId) -> bool {
 
 /// Tries to make room for `job`; commits the evictions and pipelined placements when it
 /// fits, gives everything back when it does not.
-fn make_room(session: &mut Session, job: JobId, mode: Mode, deserved: &[Resources]) {
+fn make_room(
+    session: &mut Session,
+    job: JobId,
+    mode: Mode,
+    deserved: &[Resources],
+    units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
+) {
     let mut tasks: Vec<TaskId> = session
         .state
         .pending_tasks(job)
@@ -167,7 +176,18 @@ fn make_room(session: &mut Session, job: JobId, mode: Mode, deserved: &[Resource
     if mode == Mode::Reclaim && !queue_can_take(session, job, queue, &tasks, deserved) {
         return;
     }
-    let units = victim_units(session, job, mode);
+    let key = (
+        queue,
+        if mode == Mode::Preempt {
+            session.state.jobs[job].priority
+        } else {
+            0
+        },
+    );
+    let units = units_cache
+        .entry(key)
+        .or_insert_with(|| victim_units(session, job, mode))
+        .clone();
     if units.is_empty() {
         return;
     }
@@ -341,7 +361,7 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
     let queue = j.queue;
     let mut keyed: Vec<(HarmKey, Unit)> = Vec::new();
     for (v, victim) in state.jobs.iter().enumerate() {
-        if v == job || victim.queue.is_none() {
+        if victim.queue.is_none() {
             continue;
         }
         let same_queue = victim.queue == queue;
@@ -365,8 +385,7 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
                     }
                 }
                 // Placed in this cycle: not a victim now.
-                crate::framework::TaskStatus::Allocated
-                | crate::framework::TaskStatus::Pipelined => protected = true,
+                TaskStatus::Allocated | TaskStatus::Pipelined => protected = true,
                 _ => {}
             }
         }
@@ -406,9 +425,24 @@ fn unit_order(a: &Unit, b: &Unit) -> Ordering {
     id(a).cmp(&id(b))
 }
 
-/// The tasks a unit evicts now (those of its gang still bound or running).
+/// The tasks a unit evicts now (those of its gang still bound or running); none when its
+/// gang got pods in this cycle (it is never a victim in the cycle it was placed).
 fn unit_victims(session: &Session, unit: Unit) -> Vec<TaskId> {
     let state = &session.state;
+    let job = match unit {
+        Unit::Spare(t) => state.tasks[t].job,
+        Unit::Gang(j) => Some(j),
+    };
+    if let Some(j) = job
+        && state.jobs[j].tasks.iter().any(|&t| {
+            matches!(
+                state.tasks[t].status,
+                TaskStatus::Allocated | TaskStatus::Pipelined
+            )
+        })
+    {
+        return Vec::new();
+    }
     match unit {
         Unit::Spare(t) => {
             if state.tasks[t].status.is_evictable() {
@@ -443,7 +477,7 @@ fn useful(session: &Session, tasks: &[TaskId], victims: &[TaskId]) -> bool {
     let pending: Vec<TaskId> = tasks
         .iter()
         .copied()
-        .filter(|&t| state.tasks[t].status == crate::framework::TaskStatus::Pending)
+        .filter(|&t| state.tasks[t].status == TaskStatus::Pending)
         .filter(|&t| seen_keys.insert(state.tasks[t].placement_key))
         .collect();
     victims.iter().any(|&v| {
@@ -472,7 +506,7 @@ fn place(
         if pipelined_ready(session, job) {
             return true;
         }
-        if session.state.tasks[task].status != crate::framework::TaskStatus::Pending {
+        if session.state.tasks[task].status != TaskStatus::Pending {
             continue;
         }
         if !session.plugins.allocatable(&session.state, queue, task) {
