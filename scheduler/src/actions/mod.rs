@@ -36,6 +36,15 @@ pub(crate) fn job_block(
 ) -> Option<(&'static str, String)> {
     let state = &session.state;
     let j = &state.jobs[job];
+    if let Some(group) = &j.missing_group {
+        return Some((
+            "PodGroupNotFound",
+            format!(
+                "its annotation scheduling.k8s.io/group-name names PodGroup {:?}, which does not exist in namespace {}",
+                group, j.pod_group.key.namespace
+            ),
+        ));
+    }
     let Some(queue) = j.queue else {
         return Some((
             "QueueNotFound",

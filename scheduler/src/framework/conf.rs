@@ -134,3 +134,14 @@ impl SchedulerConf {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_text_and_the_default_value_agree() {
+        let parsed = crate::manifest::scheduler_conf::default_scheduler_conf();
+        assert_eq!(parsed, SchedulerConf::volcano_default());
+    }
+}

@@ -195,6 +195,9 @@ pub struct JobInfo {
     /// Sent back to Pending at the start of this cycle by the inqueue timeout; not admitted
     /// again in this cycle.
     pub admission_released: bool,
+    /// For a pod whose `scheduling.k8s.io/group-name` names a PodGroup that does not exist:
+    /// that name. Such a pod is never placed.
+    pub missing_group: Option<String>,
 }
 
 impl JobInfo {
@@ -436,6 +439,7 @@ impl SessionState {
             timeout: GangTimeout::default(),
             evictions_for: 0,
             admission_released: false,
+            missing_group: None,
         });
         id
     }
@@ -462,9 +466,20 @@ impl SessionState {
             .as_ref()
             .and_then(|n| self.node_index.get(n).copied());
         let job = match &pod.group {
-            Some(group) => job_index
-                .get(&ObjectKey::new(&pod.key.namespace, group))
-                .copied(),
+            Some(group) => match job_index.get(&ObjectKey::new(&pod.key.namespace, group)) {
+                Some(&id) => Some(id),
+                None if managed && status == TaskStatus::Pending => {
+                    // Volcano never places such a pod; keep it visible with the reason.
+                    let mut orphan = PodGroup::new(pod.key.clone(), 1);
+                    orphan.creation_index = pod.creation_index;
+                    orphan.status.phase = PodGroupPhase::Inqueue;
+                    let id = self.add_job(orphan, true);
+                    self.jobs[id].missing_group = Some(group.clone());
+                    job_index.insert(pod.key.clone(), id);
+                    Some(id)
+                }
+                None => None,
+            },
             None if managed && status == TaskStatus::Pending => {
                 // A managed pod without a PodGroup is a gang of one.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);

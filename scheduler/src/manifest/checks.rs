@@ -144,13 +144,15 @@ pub(crate) fn warn_about_references(
             );
         }
     }
-    warnings.extend(foreign_scheduler_warnings(out));
+    for (first, message) in foreign_scheduler_warnings(out) {
+        say("Pod", first, message);
+    }
     warnings.extend(expectation_warnings(out, origins));
     out.warnings.extend(warnings);
 }
 
-/// One warning per scheduler name other than phalanx's.
-fn foreign_scheduler_warnings(out: &Workload) -> Vec<String> {
+/// One warning per scheduler name other than phalanx's, with the first such pod.
+fn foreign_scheduler_warnings(out: &Workload) -> Vec<(String, String)> {
     let mut by_name: BTreeMap<&str, Vec<&ObjectKey>> = BTreeMap::new();
     for pod in out.pods.iter().filter(|p| !out.manages(p)) {
         by_name
@@ -161,12 +163,13 @@ fn foreign_scheduler_warnings(out: &Workload) -> Vec<String> {
     by_name
         .into_iter()
         .map(|(name, pods)| {
-            format!(
-                "{} pod(s) have schedulerName `{name}` (first: {}); phalanx answers to `{}`, so it accounts for them but never places them",
+            let message = format!(
+                "schedulerName is `{name}` here and on {} pod(s) in all; phalanx answers to `{}`, so it accounts for \
+                 them but never places them",
                 pods.len(),
-                pods[0],
                 out.scheduler_name
-            )
+            );
+            (pods[0].to_string(), message)
         })
         .collect()
 }

@@ -149,23 +149,24 @@ pub(crate) fn read_chunk<'a, T: Deserialize<'a>>(chunk: Chunk<'a>) -> Result<T, 
                 e.into_inner()
             })
         });
-    result.map_err(|e| yaml_problem(&e, &path, chunk.first_line))
+    result.map_err(|e| yaml_problem(&e, &path, chunk))
 }
 
-/// Turns a serde-saphyr error into a [`Problem`] with file positions.
-pub(crate) fn yaml_problem(err: &serde_saphyr::Error, path: &str, first_line: usize) -> Problem {
+/// Turns a serde-saphyr error into a [`Problem`] with file positions; a type mismatch
+/// also quotes the text found where the value was expected.
+fn yaml_problem(err: &serde_saphyr::Error, path: &str, chunk: Chunk<'_>) -> Problem {
     let inner = err.without_snippet();
     let message = readable_message(inner);
-    let position = inner
+    let local = inner
         .location()
         .filter(|l| l.line() > 0)
-        .map(|l| (l.line() as usize + first_line - 1, l.column() as usize));
+        .map(|l| (l.line() as usize, l.column() as usize));
+    let position = local.map(|(line, column)| (line + chunk.first_line - 1, column));
     let is_syntax = matches!(
         inner,
         serde_saphyr::Error::ExternalMessage { source, .. }
             if matches!(**source, serde_saphyr::ExternalMessageSource::Parser(_))
     );
-    let path = if path == "." || path == "?" { "" } else { path };
     if is_syntax && let Some((line, column)) = position {
         return Problem::Syntax {
             line,
@@ -173,11 +174,46 @@ pub(crate) fn yaml_problem(err: &serde_saphyr::Error, path: &str, first_line: us
             message,
         };
     }
+    let path = if path == "." || path == "?" { "" } else { path };
+    let about_a_value = message.starts_with("expected") || message.starts_with("invalid");
+    let found = local
+        .filter(|_| about_a_value)
+        .and_then(|(line, column)| text_at(chunk.text, line, column));
+    let problem = match found {
+        Some(found) => format!("{}, found {found:?}", friendlier(&message)),
+        None => friendlier(&message),
+    };
     Problem::Field(FieldError {
         path: path.to_string(),
-        problem: message,
+        problem,
         position,
     })
+}
+
+/// serde-saphyr's terse type messages in words a manifest author uses.
+fn friendlier(message: &str) -> String {
+    match message {
+        "expected sequence start" => "expected a list".to_string(),
+        "expected mapping start" => "expected a mapping of `key: value` entries".to_string(),
+        "expected string scalar" => "expected a single value (text or a number)".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The rest of the source line at (1-based) `line`/`column`, trimmed and shortened.
+fn text_at(text: &str, line: usize, column: usize) -> Option<String> {
+    const MAX_CHARS: usize = 40;
+    let source_line = text.lines().nth(line.checked_sub(1)?)?;
+    let rest: String = source_line.chars().skip(column.saturating_sub(1)).collect();
+    let rest = rest.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut shown: String = rest.chars().take(MAX_CHARS).collect();
+    if rest.chars().count() > MAX_CHARS {
+        shown.push_str("...");
+    }
+    Some(shown)
 }
 
 /// The error's message without serde-saphyr's location suffix, with control characters

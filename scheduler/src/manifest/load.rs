@@ -11,6 +11,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::scheduling::v1 as scheduling;
 
+use super::conf_position::conf_error_in_file;
 use super::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
 use super::document::{Document, Header, split_documents, text};
 use super::error::{DocLocation, FieldError, ManifestError, Problem};
@@ -343,7 +344,7 @@ impl<'o> Loader<'o> {
             ctx.object.clone(),
         )?;
         let (conf, warnings) = parse_scheduler_conf(text, self.opts.strict_config)
-            .map_err(|e| ctx.error(Problem::Conf(e)))?;
+            .map_err(|e| ctx.error(Problem::Conf(conf_error_in_file(e, ctx.doc.chunk))))?;
         for w in &warnings {
             self.warn(ctx, &format!("{SCHEDULER_CONF_KEY}: {w}"));
         }

@@ -1,6 +1,37 @@
 //! Kubernetes / Volcano YAML and `volcano-scheduler.conf` into the model.
+//!
+//! A scenario (`phalanx simulate --scenario`, see `SCENARIOS.md`) is ordinary manifests
+//! that also apply to a real cluster, so this module reads them the way the API server,
+//! Volcano's admission webhooks and Volcano's job controller would, and refuses what they
+//! would refuse, with a message that says where and why. The k8s-openapi conversions in
+//! [`convert`] are the ones the real-cluster backend will use too.
+//!
+//! ```text
+//! text ──split at ---/...──▶ documents ──header (apiVersion, kind)──▶ typed read
+//!   (serde-saphyr + serde_path_to_error + QuantityText: path, line/column, text as written)
+//!   ──convert::* / volcano::*──▶ model objects ──checks (duplicates, i64 totals,
+//!   references, a Job's minResources)──▶ Workload
+//! ```
+//!
+//! Conventions the rest of phalanx can rely on:
+//! - Errors ([`ManifestError`]) render as
+//!   `FILE: document N (line L), Kind namespace/name: field.path: "text" problem`; document
+//!   indices are 0-based, count non-empty documents only and continue across files.
+//! - Warnings (in [`Workload::warnings`]) have the same `location, object: message` prefix.
+//!   Loading never stops for a warning; they cover what phalanx reads but does not act on,
+//!   and references to undeclared objects (a pod's PodGroup, a PodGroup's queue, a
+//!   PriorityClass), which the scheduler reports as pending with a reason.
+//! - `creation_index` counts from 1 in document order (a Job's PodGroup, then its pods); the
+//!   implicit `default` queue is 0.
+//! - A pod (or Job) without `schedulerName` gets [`LoadOptions::scheduler_name`]; one that
+//!   names another scheduler keeps it and is accounted, never placed
+//!   ([`Workload::manages`]). The seed Job says `schedulerName: volcano`: load it with
+//!   `scheduler_name: "volcano"` to have phalanx place it.
+//! - Resource totals (all nodes' allocatable, all pods' requests) fit in `i64`, checked here,
+//!   so the scheduler's saturating arithmetic never saturates on valid input.
 
 mod checks;
+mod conf_position;
 pub mod convert;
 mod document;
 pub mod error;

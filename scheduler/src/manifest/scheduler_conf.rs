@@ -10,8 +10,9 @@
 //!
 //! Flags use Volcano's exact YAML spellings (`pkg/scheduler/conf/scheduler_conf.go`),
 //! including the older `enableNamespaceOrder` / `EnabledClusterOrder` spellings. Argument
-//! values may be YAML numbers, booleans or strings; their text is kept (nested maps and lists
-//! are kept as compact JSON text).
+//! values may be YAML numbers, booleans or strings and are kept as text, numbers and booleans
+//! in their canonical spelling (`yes` is `true`, `1e3` is `1000.0`), nested maps and lists
+//! as compact JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -109,7 +110,8 @@ pub fn parse_scheduler_conf(
     for key in &raw.unknown_keys {
         notes.say(
             key,
-            format!("unknown key `{key}` in volcano-scheduler.conf is ignored"),
+            format!("unknown key `{key}` in volcano-scheduler.conf"),
+            IGNORED,
         )?;
     }
     let actions = parse_actions(raw.actions.as_deref(), &mut notes)?;
@@ -122,9 +124,9 @@ pub fn parse_scheduler_conf(
         let name = c.name.trim().to_string();
         if !KNOWN_ACTIONS.contains(&name.as_str()) {
             let what = format!(
-                "configurations[{i}]: arguments for action `{name}`, which phalanx does not run, are ignored"
+                "configurations[{i}]: arguments for action `{name}`, which phalanx does not run"
             );
-            notes.say(&format!("configuration:{name}"), what)?;
+            notes.say(&format!("configuration:{name}"), what, IGNORED)?;
             continue;
         }
         action_arguments
@@ -157,16 +159,24 @@ struct Notes {
 }
 
 impl Notes {
-    fn say(&mut self, subject: &str, message: String) -> Result<(), ConfError> {
+    /// Says `what` once per `subject`, followed by its `consequence`; in strict mode it is
+    /// an error instead.
+    fn say(&mut self, subject: &str, what: String, consequence: &str) -> Result<(), ConfError> {
         if self.strict {
-            return Err(ConfError::Unknown(message));
+            return Err(ConfError::Unknown(format!(
+                "{what}; strict configuration checking refuses it"
+            )));
         }
         if self.said.insert(subject.to_string()) {
-            self.warnings.push(message);
+            self.warnings.push(format!("{what}; {consequence}"));
         }
         Ok(())
     }
 }
+
+/// What happens to an entry phalanx cannot use.
+const SKIPPED: &str = "it is skipped";
+const IGNORED: &str = "it is ignored";
 
 fn parse_actions(text: Option<&str>, notes: &mut Notes) -> Result<Vec<String>, ConfError> {
     let text = text.unwrap_or("");
@@ -184,22 +194,23 @@ fn parse_actions(text: Option<&str>, notes: &mut Notes) -> Result<Vec<String>, C
         if name.is_empty() {
             notes.say(
                 "action:",
-                "`actions` has an empty entry (a stray comma); it is ignored".to_string(),
+                "`actions` has an empty entry (a stray comma)".to_string(),
+                IGNORED,
             )?;
         } else if KNOWN_ACTIONS.contains(&name) {
             actions.push(name.to_string());
         } else if VOLCANO_ACTIONS.contains(&name) {
             let msg = format!(
-                "action `{name}` is a Volcano action phalanx does not implement; it is skipped (phalanx runs {})",
+                "action `{name}` is a Volcano action phalanx does not implement (phalanx runs {})",
                 KNOWN_ACTIONS.join(", ")
             );
-            notes.say(&format!("action:{name}"), msg)?;
+            notes.say(&format!("action:{name}"), msg, SKIPPED)?;
         } else {
             let msg = format!(
-                "`{name}` in `actions` is not an action; it is skipped (phalanx runs {})",
+                "`{name}` in `actions` is not an action (phalanx runs {})",
                 KNOWN_ACTIONS.join(", ")
             );
-            notes.say(&format!("action:{name}"), msg)?;
+            notes.say(&format!("action:{name}"), msg, SKIPPED)?;
         }
     }
     if actions.is_empty() {
@@ -221,14 +232,15 @@ fn parse_tier(t: usize, raw: RawTier, notes: &mut Notes) -> Result<Tier, ConfErr
         for key in &raw_plugin.unknown_keys {
             notes.say(
                 &format!("{path}.{key}"),
-                format!("{path}: unknown key `{key}` of plugin `{name}` is ignored"),
+                format!("{path}: unknown key `{key}` of plugin `{name}`"),
+                IGNORED,
             )?;
         }
         for flag in &raw_plugin.unimplemented_flags {
             let msg = format!(
-                "{path}: `{flag}` of plugin `{name}` switches a hook phalanx does not have; it is ignored"
+                "{path}: `{flag}` of plugin `{name}` switches a hook phalanx does not have"
             );
-            notes.say(&format!("{path}.{flag}"), msg)?;
+            notes.say(&format!("{path}.{flag}"), msg, IGNORED)?;
         }
         if KNOWN_PLUGINS.contains(&name.as_str()) {
             plugins.push(PluginOption {
@@ -237,7 +249,11 @@ fn parse_tier(t: usize, raw: RawTier, notes: &mut Notes) -> Result<Tier, ConfErr
                 arguments: raw_plugin.arguments,
             });
         } else {
-            notes.say(&format!("plugin:{name}"), unknown_plugin_message(&name))?;
+            notes.say(
+                &format!("plugin:{name}"),
+                unknown_plugin_message(&name),
+                SKIPPED,
+            )?;
         }
     }
     Ok(Tier { plugins })
@@ -248,15 +264,15 @@ fn unknown_plugin_message(name: &str) -> String {
     if VOLCANO_ACTIONS.contains(&name) {
         format!(
             "`{name}` is listed as a plugin, but Volcano knows `{name}` only as an action: it belongs in \
-             `actions:` (phalanx runs actions {}); the plugin entry is skipped",
+             `actions:` (phalanx runs actions {})",
             KNOWN_ACTIONS.join(", ")
         )
     } else if VOLCANO_PLUGINS.contains(&name) {
         format!(
-            "plugin `{name}` is a Volcano plugin phalanx does not implement; it is skipped (phalanx has {known})"
+            "plugin `{name}` is a Volcano plugin phalanx does not implement (phalanx has {known})"
         )
     } else {
-        format!("`{name}` is not a known plugin; it is skipped (phalanx has {known})")
+        format!("`{name}` is not a known plugin (phalanx has {known})")
     }
 }
 

@@ -180,6 +180,22 @@ fn seed_config_map_is_an_error_in_strict_mode() {
 }
 
 #[test]
+fn a_bad_embedded_configuration_is_an_error_at_its_line_in_the_file() {
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf, namespace: volcano-system}\ndata:\n  volcano-scheduler.conf: |\n    actions: allocate\n    tiers:\n    - plugins:\n      - name: gang\n        enableJobOrder: maybe\n";
+    let err = load_err(text);
+    assert_mentions(
+        &err,
+        &[
+            "document 0",
+            "ConfigMap volcano-system/conf",
+            "tiers[0].plugins[0].enableJobOrder",
+            "\"maybe\"",
+            "line 10, column 25",
+        ],
+    );
+}
+
+#[test]
 fn seed_prometheus_rule_is_not_a_scenario_document() {
     let err = load(RULE).unwrap_err();
     assert!(
@@ -633,6 +649,24 @@ fn a_config_map_without_the_conf_key_is_ignored_and_two_confs_are_an_error() {
         &load_err(&format!("{CONF}\n---\n{CONF}")),
         &["document 1", "declared twice"],
     );
+}
+
+#[test]
+fn deep_nesting_and_alias_bombs_are_errors_not_crashes() {
+    let deep = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(load(&deep).is_err());
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for i in 1..12 {
+        let prev = i - 1;
+        bomb.push_str(&format!("a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"));
+    }
+    assert!(load(&bomb).is_err());
 }
 
 #[test]

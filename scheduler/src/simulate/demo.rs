@@ -231,3 +231,28 @@ pub fn run() -> anyhow::Result<String> {
     );
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_gang_the_big_jobs_deadlock_and_waste_most_gpu_time() {
+        let [(label, conf, gang), _] = configurations();
+        let row = run_once(label, &conf, gang).expect("demo runs");
+        assert_eq!(row.gpus_allocated_at_start, 16);
+        assert_eq!(row.partial_gangs.len(), 2, "{:?}", row.partial_gangs);
+        assert!(row.effective_utilisation < 0.1, "{row:?}");
+        assert_eq!(row.jobs_finished, 1);
+    }
+
+    #[test]
+    fn with_gang_every_held_gpu_works_and_all_jobs_finish() {
+        let [_, (label, conf, gang)] = configurations();
+        let row = run_once(label, &conf, gang).expect("demo runs");
+        assert!(row.partial_gangs.is_empty(), "{:?}", row.partial_gangs);
+        assert!((row.effective_utilisation - 1.0).abs() < 1e-9, "{row:?}");
+        assert_eq!(row.gpu_hours_wasted, 0.0);
+        assert_eq!(row.jobs_finished, 3);
+    }
+}

@@ -129,7 +129,7 @@ pub fn pod_group_from_volcano(
         if min.nested_requests {
             warnings.push(
                 "spec.minResources is written as {requests: {...}}; Volcano expects a plain resource list \
-                 (e.g. minResources: {nvidia.com/gpu: 11}) and kubectl would reject this spelling; phalanx reads \
+                 (e.g. minResources: {nvidia.com/gpu: 11}) and the API server would reject this spelling; phalanx reads \
                  the nested list"
                     .to_string(),
             );

@@ -1,0 +1,101 @@
+//! The `phalanx` binary as a user meets it: exit codes 0 / 1 / 2 of SCENARIOS.md and the
+//! built-in demo.
+
+use std::path::Path;
+use std::process::Command;
+
+fn phalanx(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+        .args(args)
+        .output()
+        .expect("phalanx runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scenarios")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn a_scenario_whose_expectations_hold_exits_0() {
+    let (code, stdout, _) = phalanx(&[
+        "simulate",
+        "--scenario",
+        &scenario("02-gang-larger-than-cluster-stays-pending.yaml"),
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("expectations: all hold"), "{stdout}");
+    assert!(stdout.contains("5 more pods needed to start"), "{stdout}");
+}
+
+#[test]
+fn a_scenario_with_unmet_expectations_exits_1_and_lists_them() {
+    let dir = std::env::temp_dir().join(format!("phalanx-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("unmet.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: \"4\", nvidia.com/gpu: \"1\"}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {schedulerName: phalanx, containers: [{name: c, resources: {requests: {nvidia.com/gpu: \"1\"}}}]}\n---\n\
+         apiVersion: phalanx.dev/v1alpha1\nkind: Expectation\nspec:\n  pods:\n    default/p: {node: n2}\n  boundCount: 3\n",
+    )
+    .expect("write scenario");
+    let (code, stdout, _) = phalanx(&["simulate", "--scenario", &path.display().to_string()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("pod default/p: expected bound to n2, got bound to n1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("boundCount: expected 3 pods bound, got 1 pods bound"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn unreadable_input_exits_2_with_the_document_field_and_text() {
+    let (code, _, stderr) = phalanx(&[
+        "simulate",
+        "--scenario",
+        &scenario("invalid/fractional-gpu.yaml"),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("Pod default/half"), "{stderr}");
+    assert!(stderr.contains("\"0.5\""), "{stderr}");
+    let (code, _, stderr) = phalanx(&["simulate", "--scenario", "/nonexistent/phalanx.yaml"]);
+    assert_eq!(code, 2, "{stderr}");
+}
+
+#[test]
+fn the_demo_shows_the_deadlock_without_gang_and_none_with_it() {
+    let (code, stdout, stderr) = phalanx(&["simulate"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("pod by pod (gang off): deadlock"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("tf-mnist-job holds"), "{stdout}");
+    assert!(
+        !stdout.contains("phalanx gang (default): deadlock"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_generated_run_reports_throughput_and_cycle_times() {
+    let (code, stdout, stderr) = phalanx(&[
+        "simulate", "--nodes", "50", "--jobs", "100", "--seed", "7", "--quiet",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("pods/s"), "{stdout}");
+    assert!(stdout.contains("cycle time: p50"), "{stdout}");
+    assert!(stdout.contains("invariants I1-I3 held"), "{stdout}");
+}

@@ -1,0 +1,331 @@
+//! `LedgerClient`: a typed gRPC client that finds the leader, forwards proposals to it
+//! and does linearizable reads (ReadIndex through openraft's `ensure_linearizable`).
+//!
+//! Retry policy (bounded by `ClientConfig::max_attempts`): a proposal is retried only
+//! when it surely was not appended: the replica answered "not leader" (with or without
+//! a hint) or could not be reached (`Unavailable`). A timeout or an internal error is
+//! ambiguous (the entry may commit later) and is returned as `ClientError::Ambiguous`
+//! so the caller can read the ledger; the ledger's own checks make a blind retry
+//! harmless anyway (a re-proposed placement is refused as "already placed").
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use phalanx_proto::ledger::ledger_service_client::LedgerServiceClient;
+use phalanx_proto::ledger::{LeaderHint, ReadRequest, propose_reply, read_reply};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::ledger::{Epoch, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, ShardId};
+use crate::network::MAX_MESSAGE_BYTES;
+use crate::network::wire::ledger_read::LedgerRead;
+use crate::network::wire::{self, WireError};
+use crate::raft_types::{LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId};
+
+/// Client limits.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Most attempts (over all replicas) for one call.
+    pub max_attempts: u32,
+    /// Deadline of one attempt.
+    pub rpc_timeout: Duration,
+    /// Pause after an attempt that found no leader (grows x2 up to `max_backoff`).
+    pub backoff: Duration,
+    /// Largest pause.
+    pub max_backoff: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 40,
+            rpc_timeout: Duration::from_secs(5),
+            backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_millis(400),
+        }
+    }
+}
+
+/// Client failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Every attempt found no leader or no reachable replica.
+    #[error("no leader reachable after {attempts} attempts; last: {last}")]
+    NoLeader {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// The proposal may or may not have committed; read the ledger to know.
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
+    /// The batch is over `MAX_COMMANDS_PER_BATCH`.
+    #[error("{0} commands in one batch, limit {MAX_COMMANDS_PER_BATCH}")]
+    BatchTooLarge(usize),
+    /// The server refused the request as malformed.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// A reply could not be decoded.
+    #[error("wire: {0}")]
+    Wire(#[from] WireError),
+    /// No replica address given.
+    #[error("no replicas configured")]
+    NoReplicas,
+}
+
+/// A committed batch: one response per command, and the log index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Responses, in command order.
+    pub responses: Vec<LedgerResponse>,
+    /// Raft log index of the entry.
+    pub log_index: u64,
+}
+
+/// The typed ledger client. Cheap to share behind an `Arc`; methods take `&self`.
+#[derive(Debug)]
+pub struct LedgerClient {
+    replicas: BTreeMap<NodeId, String>,
+    config: ClientConfig,
+    /// Leader hint and cached channels; the lock is never held across an `.await`.
+    cache: Mutex<ClientCache>,
+}
+
+#[derive(Debug, Default)]
+struct ClientCache {
+    leader: Option<NodeId>,
+    channels: BTreeMap<String, Channel>,
+}
+
+enum Attempt<T> {
+    Done(T),
+    Forward(LeaderHint),
+    Retry(String),
+}
+
+impl LedgerClient {
+    /// A client over `replicas` (id -> `host:port`).
+    pub fn new(replicas: impl IntoIterator<Item = (NodeId, String)>) -> Self {
+        Self::with_config(replicas, ClientConfig::default())
+    }
+
+    /// A client with explicit limits.
+    pub fn with_config(
+        replicas: impl IntoIterator<Item = (NodeId, String)>,
+        config: ClientConfig,
+    ) -> Self {
+        Self {
+            replicas: replicas.into_iter().collect(),
+            config,
+            cache: Mutex::new(ClientCache::default()),
+        }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, ClientCache> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut cache = self.cache();
+        if let Some(c) = cache.channels.get(addr) {
+            return Ok(c.clone());
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address {addr}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        cache.channels.insert(addr.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    /// The replica to try on attempt `n`: the known leader, else round robin.
+    fn target(&self, n: u32) -> Option<(NodeId, String)> {
+        let leader = self.cache().leader;
+        if let Some((id, addr)) = leader.and_then(|id| self.replicas.get(&id).map(|a| (id, a))) {
+            return Some((id, addr.clone()));
+        }
+        let len = self.replicas.len();
+        if len == 0 {
+            return None;
+        }
+        self.replicas
+            .iter()
+            .nth(n as usize % len)
+            .map(|(id, a)| (*id, a.clone()))
+    }
+
+    fn client(&self, addr: &str) -> Result<LedgerServiceClient<Channel>, String> {
+        Ok(LedgerServiceClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Runs `attempt` against the leader, following hints, bounded.
+    async fn with_leader<T, F, Fut>(&self, mut attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut(LedgerServiceClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<Attempt<T>, ClientError>>,
+    {
+        let mut backoff = self.config.backoff;
+        let mut last = String::from("no attempt made");
+        for n in 0..self.config.max_attempts {
+            let Some((id, addr)) = self.target(n) else {
+                return Err(ClientError::NoReplicas);
+            };
+            let client = match self.client(&addr) {
+                Ok(c) => c,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            match attempt(client).await? {
+                Attempt::Done(v) => {
+                    self.cache().leader = Some(id);
+                    return Ok(v);
+                }
+                Attempt::Forward(hint) => {
+                    let known = hint.leader_id != 0
+                        && hint.leader_id != id
+                        && self.replicas.contains_key(&hint.leader_id);
+                    self.cache().leader = known.then_some(hint.leader_id);
+                    last = format!("replica {id} is not the leader (hint {})", hint.leader_id);
+                    if known {
+                        continue; // a fresh hint: try it at once
+                    }
+                }
+                Attempt::Retry(why) => {
+                    self.cache().leader = None;
+                    last = format!("replica {id}: {why}");
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.config.max_backoff);
+        }
+        Err(ClientError::NoLeader {
+            attempts: self.config.max_attempts,
+            last,
+        })
+    }
+
+    /// Proposes a batch as one Raft entry; returns one response per command once the
+    /// entry is committed and applied.
+    pub async fn propose(&self, batch: &LedgerBatch) -> Result<Committed, ClientError> {
+        if batch.commands.len() > MAX_COMMANDS_PER_BATCH {
+            return Err(ClientError::BatchTooLarge(batch.commands.len()));
+        }
+        let request = wire::ledger_batch::to_wire(batch)?;
+        let timeout = self.config.rpc_timeout;
+        self.with_leader(|mut client| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move {
+                match tokio::time::timeout(timeout, client.propose(req)).await {
+                    Err(_) => Err(ClientError::Ambiguous(format!(
+                        "no reply within {timeout:?}"
+                    ))),
+                    Ok(Err(status)) => match status.code() {
+                        tonic::Code::Unavailable => {
+                            Ok(Attempt::Retry(status.message().to_string()))
+                        }
+                        tonic::Code::InvalidArgument => {
+                            Err(ClientError::Rejected(status.message().to_string()))
+                        }
+                        _ => Err(ClientError::Ambiguous(status.to_string())),
+                    },
+                    Ok(Ok(resp)) => match resp.into_inner().outcome {
+                        Some(propose_reply::Outcome::Committed(c)) => {
+                            let (r, log_index) = wire::ledger_batch::committed_from_wire(&c)?;
+                            Ok(Attempt::Done(Committed {
+                                responses: r.responses,
+                                log_index,
+                            }))
+                        }
+                        Some(propose_reply::Outcome::Forward(h)) => Ok(Attempt::Forward(h)),
+                        None => Err(WireError::Missing("outcome").into()),
+                    },
+                }
+            }
+        })
+        .await
+    }
+
+    /// Proposes one command.
+    pub async fn propose_one(&self, cmd: LedgerCommand) -> Result<LedgerResponse, ClientError> {
+        let c = self.propose(&LedgerBatch::one(cmd)).await?;
+        c.responses
+            .into_iter()
+            .next()
+            .ok_or(ClientError::Wire(WireError::Missing("response")))
+    }
+
+    /// Proposes `PlaceGangs` and returns the per-gang outcomes (a fenced-out proposer gets
+    /// every gang refused with the stale-epoch reason).
+    pub async fn place_gangs(
+        &self,
+        shard: ShardId,
+        epoch: Epoch,
+        gangs: Vec<GangPlacement>,
+    ) -> Result<Vec<GangOutcome>, ClientError> {
+        let names: Vec<String> = gangs.iter().map(|g| g.gang.clone()).collect();
+        let r = self
+            .propose_one(LedgerCommand::PlaceGangs {
+                shard,
+                epoch,
+                gangs,
+            })
+            .await?;
+        Ok(match r {
+            LedgerResponse::Gangs(g) => g,
+            LedgerResponse::Refused(reason) => names
+                .into_iter()
+                .map(|gang| GangOutcome {
+                    gang,
+                    decision: crate::ledger::GangDecision::Refused(reason.clone()),
+                })
+                .collect(),
+            other => {
+                return Err(ClientError::Rejected(format!(
+                    "unexpected response to PlaceGangs: {other:?}"
+                )));
+            }
+        })
+    }
+
+    /// Linearizable read of the whole ledger (the leader confirms its leadership with a
+    /// quorum, then serves from its applied state).
+    pub async fn read(&self) -> Result<LedgerRead, ClientError> {
+        self.read_inner(true).await
+    }
+
+    /// Linearizable read of the applied index and state fingerprint only.
+    pub async fn read_fingerprint(&self) -> Result<LedgerRead, ClientError> {
+        self.read_inner(false).await
+    }
+
+    async fn read_inner(&self, include_state: bool) -> Result<LedgerRead, ClientError> {
+        let timeout = self.config.rpc_timeout;
+        self.with_leader(|mut client| {
+            let mut req = tonic::Request::new(ReadRequest { include_state });
+            req.set_timeout(timeout);
+            async move {
+                match tokio::time::timeout(timeout, client.read(req)).await {
+                    Err(_) => Ok(Attempt::Retry(format!("no reply within {timeout:?}"))),
+                    Ok(Err(status)) => Ok(Attempt::Retry(status.to_string())),
+                    Ok(Ok(resp)) => match resp.into_inner().outcome {
+                        Some(read_reply::Outcome::State(s)) => {
+                            Ok(Attempt::Done(wire::ledger_read::from_wire(&s)?))
+                        }
+                        Some(read_reply::Outcome::Forward(h)) => Ok(Attempt::Forward(h)),
+                        None => Err(WireError::Missing("outcome").into()),
+                    },
+                }
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,616 @@
+//! `apply`: the ledger's state machine, a pure deterministic function.
+//!
+//! Every command is validated completely before anything is written, so a refused command
+//! (or a refused gang) leaves no trace. Nothing here reads a clock, a random source or the
+//! disk: time arrives inside `ExpireAt`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::command::{
+    GangPlacement, LedgerCommand, MAX_GANGS_PER_COMMAND, MAX_OPEN_TXNS, MAX_PODS_PER_COMMAND,
+    MAX_PODS_PER_GANG, MAX_TXN_PARTICIPANTS, TXN_RETENTION_MS,
+};
+use super::overcommit::OvercommitFactor;
+use super::refusal::Refusal;
+use super::resource_vec::ResourceVec;
+use super::response::{GangDecision, GangOutcome, LedgerResponse};
+use super::state::{
+    Epoch, LedgerState, NodeRecord, Placement, PlacementState, ShardAssignment, ShardId, Txn,
+    TxnDecision, TxnId,
+};
+
+/// Applies one command to the ledger and reports what happened.
+pub fn apply(state: &mut LedgerState, cmd: &LedgerCommand) -> LedgerResponse {
+    let result = match cmd {
+        LedgerCommand::UpsertNode {
+            node,
+            allocatable,
+            shard,
+        } => upsert_node(state, node, allocatable, *shard),
+        LedgerCommand::RemoveNode { node } => remove_node(state, node),
+        LedgerCommand::SetOvercommit { factor } => set_overcommit(state, *factor),
+        LedgerCommand::AssignShard {
+            shard,
+            owner,
+            epoch,
+        } => assign_shard(state, *shard, *owner, *epoch),
+        LedgerCommand::PlaceGangs {
+            shard,
+            epoch,
+            gangs,
+        } => place_gangs(state, *shard, *epoch, gangs),
+        LedgerCommand::MarkBound { shard, epoch, pods } => mark_bound(state, *shard, *epoch, pods),
+        LedgerCommand::Release {
+            shard, epoch, pods, ..
+        } => release(state, *shard, *epoch, pods),
+        LedgerCommand::TxnBegin {
+            txn,
+            shard,
+            epoch,
+            participants,
+            deadline_ms,
+        } => txn_begin(state, txn, *shard, *epoch, participants, *deadline_ms),
+        LedgerCommand::TxnReserve {
+            txn,
+            shard,
+            epoch,
+            gang,
+        } => txn_reserve(state, txn, *shard, *epoch, gang),
+        LedgerCommand::TxnDecide {
+            txn,
+            shard,
+            epoch,
+            decision,
+        } => txn_decide(state, txn, *shard, *epoch, *decision),
+        LedgerCommand::ExpireAt { now_ms } => Ok(expire_at(state, *now_ms)),
+    };
+    result.unwrap_or_else(LedgerResponse::Refused)
+}
+
+/// Fencing (I4): the shard must exist and `epoch` must be its current epoch.
+fn fence(state: &LedgerState, shard: ShardId, epoch: Epoch) -> Result<(), Refusal> {
+    let assignment = state
+        .shards
+        .get(&shard)
+        .ok_or(Refusal::UnknownShard { shard })?;
+    if assignment.epoch != epoch {
+        return Err(Refusal::StaleEpoch {
+            shard,
+            proposed: epoch,
+            current: assignment.epoch,
+        });
+    }
+    Ok(())
+}
+
+fn non_negative(subject: &str, v: &ResourceVec) -> Result<(), Refusal> {
+    match v.iter().find(|(_, q)| *q < 0) {
+        Some((resource, quantity)) => Err(Refusal::NegativeQuantity {
+            subject: subject.to_string(),
+            resource: resource.to_string(),
+            quantity,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks that `usage` fits under `allocatable` scaled by `factor`, resource by resource.
+fn usage_fits(
+    node: &str,
+    usage: &ResourceVec,
+    allocatable: &ResourceVec,
+    factor: OvercommitFactor,
+) -> Result<(), Refusal> {
+    for (resource, committed) in usage.iter() {
+        let limit = factor.limit(resource, allocatable.get(resource));
+        if committed > limit {
+            return Err(Refusal::CapacityBelowUsage {
+                node: node.to_string(),
+                resource: resource.to_string(),
+                committed,
+                limit,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn upsert_node(
+    state: &mut LedgerState,
+    node: &str,
+    allocatable: &ResourceVec,
+    shard: ShardId,
+) -> Result<LedgerResponse, Refusal> {
+    non_negative(&format!("node {node}"), allocatable)?;
+    usage_fits(node, &state.usage_of(node), allocatable, state.overcommit)?;
+    state.nodes.insert(
+        node.to_string(),
+        NodeRecord {
+            allocatable: allocatable.clone(),
+            shard,
+        },
+    );
+    Ok(LedgerResponse::Applied)
+}
+
+fn remove_node(state: &mut LedgerState, node: &str) -> Result<LedgerResponse, Refusal> {
+    if !state.nodes.contains_key(node) {
+        return Err(Refusal::UnknownNode {
+            node: node.to_string(),
+        });
+    }
+    let count = state.placements.values().filter(|p| p.node == node).count();
+    if count > 0 {
+        return Err(Refusal::NodeHasPlacements {
+            node: node.to_string(),
+            count,
+        });
+    }
+    state.nodes.remove(node);
+    Ok(LedgerResponse::Applied)
+}
+
+fn set_overcommit(
+    state: &mut LedgerState,
+    factor: OvercommitFactor,
+) -> Result<LedgerResponse, Refusal> {
+    if !factor.is_valid() {
+        return Err(Refusal::InvalidOvercommit {
+            numerator: factor.numerator,
+            denominator: factor.denominator,
+        });
+    }
+    for (node, usage) in &state.usage {
+        let allocatable = state
+            .nodes
+            .get(node)
+            .map(|n| n.allocatable.clone())
+            .unwrap_or_default();
+        usage_fits(node, usage, &allocatable, factor)?;
+    }
+    state.overcommit = factor;
+    Ok(LedgerResponse::Applied)
+}
+
+fn assign_shard(
+    state: &mut LedgerState,
+    shard: ShardId,
+    owner: u64,
+    epoch: Epoch,
+) -> Result<LedgerResponse, Refusal> {
+    let current = state.shards.get(&shard).map_or(0, |a| a.epoch);
+    if epoch <= current {
+        return Err(Refusal::EpochNotIncreasing {
+            shard,
+            proposed: epoch,
+            current,
+        });
+    }
+    state.shards.insert(shard, ShardAssignment { owner, epoch });
+    Ok(LedgerResponse::Applied)
+}
+
+/// Validates one gang against the current state; returns what it adds per node.
+/// Does not write anything.
+fn check_gang(
+    state: &LedgerState,
+    shard: ShardId,
+    gang: &GangPlacement,
+) -> Result<BTreeMap<String, ResourceVec>, Refusal> {
+    if gang.pods.is_empty() {
+        return Err(Refusal::EmptyGang {
+            gang: gang.gang.clone(),
+        });
+    }
+    if gang.pods.len() > MAX_PODS_PER_GANG {
+        return Err(Refusal::TooLarge {
+            what: format!("gang {} pods", gang.gang),
+            count: gang.pods.len(),
+            limit: MAX_PODS_PER_GANG,
+        });
+    }
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    let mut adds: BTreeMap<String, ResourceVec> = BTreeMap::new();
+    for pod in &gang.pods {
+        if !seen.insert(pod.pod.as_str()) {
+            return Err(Refusal::DuplicatePod {
+                pod: pod.pod.clone(),
+            });
+        }
+        if let Some(existing) = state.placements.get(&pod.pod) {
+            return Err(Refusal::PodAlreadyPlaced {
+                pod: pod.pod.clone(),
+                node: existing.node.clone(),
+            });
+        }
+        non_negative(&format!("pod {}", pod.pod), &pod.resources)?;
+        let record = state
+            .nodes
+            .get(&pod.node)
+            .ok_or_else(|| Refusal::UnknownNode {
+                node: pod.node.clone(),
+            })?;
+        if record.shard != shard {
+            return Err(Refusal::NodeNotInShard {
+                node: pod.node.clone(),
+                node_shard: record.shard,
+                shard,
+            });
+        }
+        let entry = adds.entry(pod.node.clone()).or_default();
+        *entry = entry
+            .checked_add(&pod.resources)
+            .ok_or_else(|| Refusal::Overflow {
+                node: pod.node.clone(),
+                resource: "sum of requests".to_string(),
+            })?;
+    }
+    for (node, add) in &adds {
+        let allocatable = state
+            .nodes
+            .get(node)
+            .map(|n| &n.allocatable)
+            .expect("every node in adds was found in state.nodes above");
+        let used = state.usage_of(node);
+        for (resource, requested) in add.iter() {
+            let limit = state.overcommit.limit(resource, allocatable.get(resource));
+            let free = limit.saturating_sub(used.get(resource)).max(0);
+            if requested > free {
+                return Err(Refusal::Insufficient {
+                    node: node.clone(),
+                    resource: resource.to_string(),
+                    requested,
+                    free,
+                });
+            }
+        }
+    }
+    Ok(adds)
+}
+
+/// Writes a validated gang: its placements and the usage index.
+fn commit_gang(
+    state: &mut LedgerState,
+    shard: ShardId,
+    gang: &GangPlacement,
+    adds: BTreeMap<String, ResourceVec>,
+    placement_state: &PlacementState,
+) {
+    for pod in &gang.pods {
+        state.placements.insert(
+            pod.pod.clone(),
+            Placement {
+                node: pod.node.clone(),
+                resources: pod.resources.clone(),
+                gang: gang.gang.clone(),
+                shard,
+                state: placement_state.clone(),
+            },
+        );
+    }
+    for (node, add) in adds {
+        // check_gang proved used + add <= limit <= i64::MAX, so this cannot saturate.
+        let total = state.usage_of(&node).saturating_add(&add);
+        set_usage(state, &node, total);
+    }
+}
+
+fn set_usage(state: &mut LedgerState, node: &str, usage: ResourceVec) {
+    if usage.is_zero() {
+        state.usage.remove(node);
+    } else {
+        state.usage.insert(node.to_string(), usage);
+    }
+}
+
+/// Removes a placement and gives its resources back.
+fn drop_placement(state: &mut LedgerState, pod: &str) {
+    if let Some(p) = state.placements.remove(pod) {
+        let remaining = state.usage_of(&p.node).saturating_sub(&p.resources);
+        set_usage(state, &p.node, remaining);
+        state.released_total = state.released_total.saturating_add(1);
+    }
+}
+
+fn place_gangs(
+    state: &mut LedgerState,
+    shard: ShardId,
+    epoch: Epoch,
+    gangs: &[GangPlacement],
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    if gangs.len() > MAX_GANGS_PER_COMMAND {
+        return Err(Refusal::TooLarge {
+            what: "gangs in one proposal".to_string(),
+            count: gangs.len(),
+            limit: MAX_GANGS_PER_COMMAND,
+        });
+    }
+    let mut outcomes = Vec::with_capacity(gangs.len());
+    for gang in gangs {
+        let decision = match check_gang(state, shard, gang) {
+            Ok(adds) => {
+                commit_gang(state, shard, gang, adds, &PlacementState::Assumed);
+                GangDecision::Accepted
+            }
+            Err(r) => GangDecision::Refused(r),
+        };
+        outcomes.push(GangOutcome {
+            gang: gang.gang.clone(),
+            decision,
+        });
+    }
+    Ok(LedgerResponse::Gangs(outcomes))
+}
+
+fn check_pod_list(pods: &[String]) -> Result<(), Refusal> {
+    if pods.len() > MAX_PODS_PER_COMMAND {
+        return Err(Refusal::TooLarge {
+            what: "pods in one command".to_string(),
+            count: pods.len(),
+            limit: MAX_PODS_PER_COMMAND,
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for pod in pods {
+        if !seen.insert(pod.as_str()) {
+            return Err(Refusal::DuplicatePod { pod: pod.clone() });
+        }
+    }
+    Ok(())
+}
+
+fn mark_bound(
+    state: &mut LedgerState,
+    shard: ShardId,
+    epoch: Epoch,
+    pods: &[String],
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    check_pod_list(pods)?;
+    let mut to_bind = Vec::new();
+    let mut unchanged = 0u32;
+    for pod in pods {
+        let p = state
+            .placements
+            .get(pod)
+            .ok_or_else(|| Refusal::UnknownPod { pod: pod.clone() })?;
+        if p.shard != shard {
+            return Err(Refusal::PodInOtherShard {
+                pod: pod.clone(),
+                pod_shard: p.shard,
+                shard,
+            });
+        }
+        match p.state {
+            PlacementState::Assumed => to_bind.push(pod),
+            PlacementState::Bound => unchanged = unchanged.saturating_add(1),
+            PlacementState::Reserved { .. } => {
+                return Err(Refusal::WrongPlacementState {
+                    pod: pod.clone(),
+                    state: p.state.name().to_string(),
+                    expected: "assumed or bound".to_string(),
+                });
+            }
+        }
+    }
+    let changed = u32::try_from(to_bind.len()).unwrap_or(u32::MAX);
+    for pod in to_bind {
+        if let Some(p) = state.placements.get_mut(pod) {
+            p.state = PlacementState::Bound;
+        }
+    }
+    Ok(LedgerResponse::Pods { changed, unchanged })
+}
+
+fn release(
+    state: &mut LedgerState,
+    shard: ShardId,
+    epoch: Epoch,
+    pods: &[String],
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    check_pod_list(pods)?;
+    let mut to_drop = Vec::new();
+    let mut unchanged = 0u32;
+    for pod in pods {
+        let Some(p) = state.placements.get(pod) else {
+            unchanged = unchanged.saturating_add(1);
+            continue;
+        };
+        if p.shard != shard {
+            return Err(Refusal::PodInOtherShard {
+                pod: pod.clone(),
+                pod_shard: p.shard,
+                shard,
+            });
+        }
+        if let PlacementState::Reserved { .. } = p.state {
+            return Err(Refusal::WrongPlacementState {
+                pod: pod.clone(),
+                state: p.state.name().to_string(),
+                expected: "assumed or bound (a reservation ends by its transaction)".to_string(),
+            });
+        }
+        to_drop.push(pod);
+    }
+    let changed = u32::try_from(to_drop.len()).unwrap_or(u32::MAX);
+    for pod in to_drop {
+        drop_placement(state, pod);
+    }
+    Ok(LedgerResponse::Pods { changed, unchanged })
+}
+
+fn txn_begin(
+    state: &mut LedgerState,
+    txn: &TxnId,
+    shard: ShardId,
+    epoch: Epoch,
+    participants: &[ShardId],
+    deadline_ms: u64,
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    if state.txns.contains_key(txn) {
+        return Err(Refusal::TxnExists { txn: txn.clone() });
+    }
+    let open = state.open_txn_count();
+    if open >= MAX_OPEN_TXNS {
+        return Err(Refusal::TooLarge {
+            what: "open transactions".to_string(),
+            count: open.saturating_add(1),
+            limit: MAX_OPEN_TXNS,
+        });
+    }
+    let set: BTreeSet<ShardId> = participants.iter().copied().collect();
+    let invalid = |detail: String| Refusal::InvalidParticipants {
+        txn: txn.clone(),
+        detail,
+    };
+    if set.is_empty() {
+        return Err(invalid("none given".to_string()));
+    }
+    if set.len() != participants.len() {
+        return Err(invalid("a shard is named twice".to_string()));
+    }
+    if set.len() > MAX_TXN_PARTICIPANTS {
+        return Err(invalid(format!(
+            "{} participants, limit {MAX_TXN_PARTICIPANTS}",
+            set.len()
+        )));
+    }
+    if let Some(unknown) = set.iter().find(|s| !state.shards.contains_key(s)) {
+        return Err(invalid(format!("shard {unknown} is unknown")));
+    }
+    state.txns.insert(
+        txn.clone(),
+        Txn {
+            coordinator: shard,
+            participants: set,
+            prepared: BTreeSet::new(),
+            deadline_ms,
+            decision: None,
+        },
+    );
+    Ok(LedgerResponse::Applied)
+}
+
+fn txn_reserve(
+    state: &mut LedgerState,
+    txn: &TxnId,
+    shard: ShardId,
+    epoch: Epoch,
+    gang: &GangPlacement,
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    let t = state
+        .txns
+        .get(txn)
+        .ok_or_else(|| Refusal::UnknownTxn { txn: txn.clone() })?;
+    if t.decision.is_some() {
+        return Err(Refusal::TxnAlreadyDecided { txn: txn.clone() });
+    }
+    if !t.participants.contains(&shard) {
+        return Err(Refusal::TxnNotParticipant {
+            txn: txn.clone(),
+            shard,
+        });
+    }
+    if t.prepared.contains(&shard) {
+        return Err(Refusal::TxnAlreadyReserved {
+            txn: txn.clone(),
+            shard,
+        });
+    }
+    let decision = match check_gang(state, shard, gang) {
+        Ok(adds) => {
+            let reserved = PlacementState::Reserved { txn: txn.clone() };
+            commit_gang(state, shard, gang, adds, &reserved);
+            if let Some(t) = state.txns.get_mut(txn) {
+                t.prepared.insert(shard);
+            }
+            GangDecision::Accepted
+        }
+        Err(r) => GangDecision::Refused(r),
+    };
+    Ok(LedgerResponse::Gangs(vec![GangOutcome {
+        gang: gang.gang.clone(),
+        decision,
+    }]))
+}
+
+fn txn_decide(
+    state: &mut LedgerState,
+    txn: &TxnId,
+    shard: ShardId,
+    epoch: Epoch,
+    decision: TxnDecision,
+) -> Result<LedgerResponse, Refusal> {
+    fence(state, shard, epoch)?;
+    let t = state
+        .txns
+        .get(txn)
+        .ok_or_else(|| Refusal::UnknownTxn { txn: txn.clone() })?;
+    if t.coordinator != shard {
+        return Err(Refusal::TxnNotCoordinator {
+            txn: txn.clone(),
+            shard,
+            coordinator: t.coordinator,
+        });
+    }
+    match t.decision {
+        Some(d) if d == decision => return Ok(LedgerResponse::Applied),
+        Some(_) => return Err(Refusal::TxnAlreadyDecided { txn: txn.clone() }),
+        None => {}
+    }
+    if decision == TxnDecision::Commit {
+        let missing: Vec<ShardId> = t.participants.difference(&t.prepared).copied().collect();
+        if !missing.is_empty() {
+            return Err(Refusal::TxnNotAllPrepared {
+                txn: txn.clone(),
+                missing,
+            });
+        }
+    }
+    finish_txn(state, txn, decision);
+    Ok(LedgerResponse::Applied)
+}
+
+/// Records the decision and turns reservations into assumed placements (commit) or
+/// releases them (abort).
+fn finish_txn(state: &mut LedgerState, txn: &TxnId, decision: TxnDecision) {
+    let held: Vec<String> = state
+        .placements
+        .iter()
+        .filter(|(_, p)| matches!(&p.state, PlacementState::Reserved { txn: t } if t == txn))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for pod in held {
+        match decision {
+            TxnDecision::Commit => {
+                if let Some(p) = state.placements.get_mut(&pod) {
+                    p.state = PlacementState::Assumed;
+                }
+            }
+            TxnDecision::Abort => drop_placement(state, &pod),
+        }
+    }
+    if let Some(t) = state.txns.get_mut(txn) {
+        t.decision = Some(decision);
+    }
+}
+
+fn expire_at(state: &mut LedgerState, now_ms: u64) -> LedgerResponse {
+    let expired: Vec<TxnId> = state
+        .txns
+        .iter()
+        .filter(|(_, t)| t.decision.is_none() && t.deadline_ms <= now_ms)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for txn in &expired {
+        finish_txn(state, txn, TxnDecision::Abort);
+    }
+    state.txns.retain(|_, t| {
+        t.decision.is_none() || t.deadline_ms.saturating_add(TXN_RETENTION_MS) > now_ms
+    });
+    LedgerResponse::Expired { aborted: expired }
+}

@@ -1,0 +1,30 @@
+//! phalanx-statestore: the replicated allocation ledger.
+//!
+//! See `README.md` beside this crate for the diagram, the commands and the invariants.
+
+// openraft's trait signatures fix `StorageError` / `RaftError` as the error types; they
+// are large, and boxing them would only add conversions at every trait boundary.
+#![allow(clippy::result_large_err)]
+
+pub mod client;
+pub mod cluster;
+pub mod expiry;
+pub mod ledger;
+pub mod log_store;
+pub mod network;
+pub mod raft_types;
+pub mod replica;
+pub mod state_machine;
+
+pub use client::{ClientConfig, ClientError, Committed, LedgerClient};
+pub use cluster::{LocalCluster, start_local_cluster, start_local_cluster_with};
+pub use ledger::{
+    GangDecision, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, LedgerState,
+    OvercommitFactor, PodPlacement, Refusal, ResourceVec, apply,
+};
+pub use network::wire::ledger_read::LedgerRead;
+pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
+pub use replica::{
+    ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_with,
+    start_replica_with_clock,
+};

@@ -1,0 +1,12 @@
+//! The gRPC network between replicas (`peer`: openraft's client side; `server`: the
+//! services a replica serves) and the wire conversions (`wire`).
+
+pub mod peer;
+pub mod server;
+pub mod wire;
+
+/// Largest gRPC message sent or accepted (bounds a snapshot chunk or an entries batch).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+pub use peer::{PeerClient, PeerNetwork};
+pub use server::{LedgerGrpc, RaftGrpc};

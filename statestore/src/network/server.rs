@@ -1,0 +1,181 @@
+//! The gRPC services one replica serves: `RaftService` (peers) and `LedgerService`
+//! (clients).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use openraft::BasicNode;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use phalanx_proto::ledger::ledger_service_server::LedgerService;
+use phalanx_proto::ledger::{
+    LeaderHint, ProposeReply, ProposeRequest, ReadReply, ReadRequest, propose_reply, read_reply,
+};
+use phalanx_proto::raft::raft_service_server::RaftService;
+use phalanx_proto::raft::{RaftReply, RaftRequest};
+use tonic::{Request, Response, Status};
+
+use super::wire::{self, WireError};
+use crate::raft_types::{MAX_COMMANDS_PER_BATCH, NodeId, Raft};
+use crate::state_machine::LedgerReader;
+
+fn bad_request(e: WireError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+fn encode_failed(e: WireError) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn hint(f: &ForwardToLeader<NodeId, BasicNode>) -> LeaderHint {
+    LeaderHint {
+        leader_id: f.leader_id.unwrap_or(0),
+        leader_addr: f
+            .leader_node
+            .as_ref()
+            .map(|n| n.addr.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Peer-facing Raft RPCs.
+#[derive(Clone)]
+pub struct RaftGrpc {
+    raft: Raft,
+    isolated: Arc<AtomicBool>,
+}
+
+impl RaftGrpc {
+    /// Serves `raft`; refuses everything while `isolated` is set.
+    pub fn new(raft: Raft, isolated: Arc<AtomicBool>) -> Self {
+        Self { raft, isolated }
+    }
+
+    fn check_isolated(&self) -> Result<(), Status> {
+        if self.isolated.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("replica isolated"));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for RaftGrpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftGrpc")
+            .field("isolated", &self.isolated)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for LedgerGrpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerGrpc")
+            .field("isolated", &self.isolated)
+            .finish_non_exhaustive()
+    }
+}
+
+#[tonic::async_trait]
+impl RaftService for RaftGrpc {
+    async fn append_entries(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.check_isolated()?;
+        let req = wire::append_entries::from_wire(request.get_ref()).map_err(bad_request)?;
+        let res = self.raft.append_entries(req).await;
+        let reply = wire::append_entries::reply_to_wire(&res).map_err(encode_failed)?;
+        Ok(Response::new(reply))
+    }
+
+    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.check_isolated()?;
+        let req = wire::vote::from_wire(request.get_ref()).map_err(bad_request)?;
+        let res = self.raft.vote(req).await;
+        let reply = wire::vote::reply_to_wire(&res).map_err(encode_failed)?;
+        Ok(Response::new(reply))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.check_isolated()?;
+        let req = wire::install_snapshot::from_wire(request.get_ref()).map_err(bad_request)?;
+        let res = self.raft.install_snapshot(req).await;
+        let reply = wire::install_snapshot::reply_to_wire(&res).map_err(encode_failed)?;
+        Ok(Response::new(reply))
+    }
+}
+
+/// Client-facing ledger API.
+#[derive(Clone)]
+pub struct LedgerGrpc {
+    raft: Raft,
+    reader: LedgerReader,
+    isolated: Arc<AtomicBool>,
+}
+
+impl LedgerGrpc {
+    /// Serves proposals and reads for `raft`.
+    pub fn new(raft: Raft, reader: LedgerReader, isolated: Arc<AtomicBool>) -> Self {
+        Self {
+            raft,
+            reader,
+            isolated,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl LedgerService for LedgerGrpc {
+    async fn propose(
+        &self,
+        request: Request<ProposeRequest>,
+    ) -> Result<Response<ProposeReply>, Status> {
+        if self.isolated.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("replica isolated"));
+        }
+        let batch = wire::ledger_batch::from_wire(request.get_ref()).map_err(bad_request)?;
+        if batch.commands.len() > MAX_COMMANDS_PER_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "{} commands in one batch, limit {MAX_COMMANDS_PER_BATCH}",
+                batch.commands.len()
+            )));
+        }
+        let outcome = match self.raft.client_write(batch).await {
+            Ok(resp) => propose_reply::Outcome::Committed(
+                wire::ledger_batch::committed_to_wire(&resp.data, resp.log_id.index)
+                    .map_err(encode_failed)?,
+            ),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                propose_reply::Outcome::Forward(hint(&f))
+            }
+            Err(e) => return Err(Status::internal(e.to_string())),
+        };
+        Ok(Response::new(ProposeReply {
+            outcome: Some(outcome),
+        }))
+    }
+
+    async fn read(&self, request: Request<ReadRequest>) -> Result<Response<ReadReply>, Status> {
+        if self.isolated.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("replica isolated"));
+        }
+        let include_state = request.get_ref().include_state;
+        let outcome = match self.raft.ensure_linearizable().await {
+            Ok(_) => {
+                let snap = self.reader.read(|state, applied| {
+                    wire::ledger_read::to_wire(state, applied.map_or(0, |l| l.index), include_state)
+                });
+                read_reply::Outcome::State(snap.map_err(encode_failed)?)
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                read_reply::Outcome::Forward(hint(&f))
+            }
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        };
+        Ok(Response::new(ReadReply {
+            outcome: Some(outcome),
+        }))
+    }
+}

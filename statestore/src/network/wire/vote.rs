@@ -1,0 +1,31 @@
+//! `VoteRequest` / `Result<VoteResponse, RaftError>` <-> `RaftRequest` / `RaftReply`.
+
+use openraft::error::RaftError;
+use openraft::raft::{VoteRequest, VoteResponse};
+use phalanx_proto::raft::{RaftReply, RaftRequest};
+
+use super::{WireError, decode, reply, request};
+use crate::raft_types::NodeId;
+
+/// The reply type carried back.
+pub type Reply = Result<VoteResponse<NodeId>, RaftError<NodeId>>;
+
+/// Request to wire.
+pub fn to_wire(req: &VoteRequest<NodeId>) -> Result<RaftRequest, WireError> {
+    request(req)
+}
+
+/// Wire to request.
+pub fn from_wire(req: &RaftRequest) -> Result<VoteRequest<NodeId>, WireError> {
+    decode(req.encoding, &req.payload)
+}
+
+/// Reply to wire.
+pub fn reply_to_wire(r: &Reply) -> Result<RaftReply, WireError> {
+    reply(r)
+}
+
+/// Wire to reply.
+pub fn reply_from_wire(r: &RaftReply) -> Result<Reply, WireError> {
+    decode(r.encoding, &r.payload)
+}

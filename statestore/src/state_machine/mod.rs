@@ -1,0 +1,300 @@
+//! The Raft state machine: `ledger::apply` over an in-memory `LedgerState`, with
+//! snapshots stored in sled (0.34.7).
+//!
+//! The state itself is not written to disk on every apply: the fsynced Raft log is the
+//! durable record, and on restart openraft re-applies the committed entries after the
+//! last snapshot. A snapshot is written to sled, then `flush()`ed and sled's data file
+//! fsynced by us (sled's own flush uses `sync_file_range`, which is not a full fsync;
+//! see `docs/adr/0002-raft-log-durability.md`), and only then reported to openraft, which
+//! only then may purge the log up to it.
+
+use std::fs::File;
+use std::io::{self, Cursor};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{
+    BasicNode, EntryPayload, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageIOError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{LedgerCommand, LedgerResponse, LedgerState, Refusal, apply};
+use crate::raft_types::{
+    BatchResponse, Entry, LogId, MAX_COMMANDS_PER_BATCH, NodeId, StorageError, TypeConfig,
+};
+
+const SNAPSHOT_META_KEY: &[u8] = b"snapshot/meta";
+const SNAPSHOT_DATA_KEY: &[u8] = b"snapshot/data";
+/// Sub-directory of the replica directory holding the sled database.
+pub const SLED_DIR_NAME: &str = "sm-sled";
+
+/// The state machine's in-memory state, shared with readers.
+#[derive(Debug, Default)]
+pub struct SmState {
+    /// The ledger.
+    pub ledger: LedgerState,
+    /// Last applied log id.
+    pub last_applied: Option<LogId>,
+    /// Last applied membership.
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    /// The latest snapshot (also in sled).
+    current_snapshot: Option<StoredSnapshot>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    #[serde(skip)]
+    data: Vec<u8>,
+}
+
+/// Read access to the applied ledger, for serving reads after `ensure_linearizable`.
+#[derive(Debug, Clone)]
+pub struct LedgerReader {
+    shared: Arc<RwLock<SmState>>,
+}
+
+impl LedgerReader {
+    /// Runs `f` on the applied ledger and the last applied log id.
+    pub fn read<T>(&self, f: impl FnOnce(&LedgerState, Option<LogId>) -> T) -> T {
+        let guard = self
+            .shared
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&guard.ledger, guard.last_applied)
+    }
+}
+
+/// The state machine handed to openraft.
+#[derive(Debug)]
+pub struct LedgerStateMachine {
+    shared: Arc<RwLock<SmState>>,
+    store: SnapshotStore,
+}
+
+/// sled-backed snapshot storage.
+#[derive(Debug, Clone)]
+struct SnapshotStore {
+    db: sled::Db,
+    dir: PathBuf,
+}
+
+fn sled_io(e: sled::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+impl SnapshotStore {
+    fn open(dir: &Path) -> io::Result<Self> {
+        let dir = dir.join(SLED_DIR_NAME);
+        let db = sled::Config::new().path(&dir).open().map_err(sled_io)?;
+        Ok(Self { db, dir })
+    }
+
+    fn load(&self) -> io::Result<Option<StoredSnapshot>> {
+        let (Some(meta), Some(data)) = (
+            self.db.get(SNAPSHOT_META_KEY).map_err(sled_io)?,
+            self.db.get(SNAPSHOT_DATA_KEY).map_err(sled_io)?,
+        ) else {
+            return Ok(None);
+        };
+        let mut snap: StoredSnapshot = serde_json::from_slice(&meta).map_err(io::Error::other)?;
+        snap.data = data.to_vec();
+        Ok(Some(snap))
+    }
+
+    /// Writes meta and data atomically (one sled batch), flushes, then fsyncs sled's data
+    /// file and directory.
+    fn save(&self, snap: &StoredSnapshot) -> io::Result<()> {
+        let meta = serde_json::to_vec(snap).map_err(io::Error::other)?;
+        let mut batch = sled::Batch::default();
+        batch.insert(SNAPSHOT_META_KEY, meta);
+        batch.insert(SNAPSHOT_DATA_KEY, snap.data.as_slice());
+        self.db.apply_batch(batch).map_err(sled_io)?;
+        self.db.flush().map_err(sled_io)?;
+        File::open(self.dir.join("db"))?.sync_all()?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(())
+    }
+}
+
+impl LedgerStateMachine {
+    /// Opens the state machine in `dir`, restoring the last snapshot if there is one.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        let store = SnapshotStore::open(dir)?;
+        let mut state = SmState::default();
+        if let Some(snap) = store.load()? {
+            state.ledger = serde_json::from_slice(&snap.data).map_err(io::Error::other)?;
+            state.last_applied = snap.meta.last_log_id;
+            state.last_membership = snap.meta.last_membership.clone();
+            state.current_snapshot = Some(snap);
+        }
+        Ok(Self {
+            shared: Arc::new(RwLock::new(state)),
+            store,
+        })
+    }
+
+    /// A reader sharing this state machine's state.
+    pub fn reader(&self) -> LedgerReader {
+        LedgerReader {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    fn write_guard(&self) -> Result<std::sync::RwLockWriteGuard<'_, SmState>, StorageError> {
+        self.shared.write().map_err(|_| {
+            StorageIOError::write_state_machine(&io::Error::other("state machine lock poisoned"))
+                .into()
+        })
+    }
+}
+
+/// Applies one batch: each command in order; an oversized batch is refused whole.
+pub fn apply_batch(ledger: &mut LedgerState, commands: &[LedgerCommand]) -> BatchResponse {
+    if commands.len() > MAX_COMMANDS_PER_BATCH {
+        return BatchResponse {
+            responses: vec![LedgerResponse::Refused(Refusal::TooLarge {
+                what: "commands in one batch".to_string(),
+                count: commands.len(),
+                limit: MAX_COMMANDS_PER_BATCH,
+            })],
+        };
+    }
+    BatchResponse {
+        responses: commands.iter().map(|c| apply(ledger, c)).collect(),
+    }
+}
+
+/// Builds snapshots from a shared state.
+#[derive(Debug)]
+pub struct LedgerSnapshotBuilder {
+    shared: Arc<RwLock<SmState>>,
+    store: SnapshotStore,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for LedgerSnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let snap = {
+            let s = self
+                .shared
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let id = s.last_applied.map_or_else(
+                || "0-0".to_string(),
+                |l| format!("{}-{}", l.leader_id.term, l.index),
+            );
+            StoredSnapshot {
+                meta: SnapshotMeta {
+                    last_log_id: s.last_applied,
+                    last_membership: s.last_membership.clone(),
+                    snapshot_id: id,
+                },
+                data: s.ledger.to_canonical_bytes(),
+            }
+        };
+        let store = self.store.clone();
+        let to_save = snap.clone();
+        tokio::task::spawn_blocking(move || store.save(&to_save))
+            .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| StorageIOError::write_snapshot(Some(snap.meta.signature()), &e))?;
+        let mut s = self
+            .shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.current_snapshot = Some(snap.clone());
+        Ok(Snapshot {
+            meta: snap.meta,
+            snapshot: Box::new(Cursor::new(snap.data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
+    type SnapshotBuilder = LedgerSnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError> {
+        let s = self
+            .shared
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok((s.last_applied, s.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<BatchResponse>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + openraft::OptionalSend,
+        I::IntoIter: openraft::OptionalSend,
+    {
+        let mut guard = self.write_guard()?;
+        let s = &mut *guard;
+        let mut out = Vec::new();
+        for entry in entries {
+            s.last_applied = Some(entry.log_id);
+            let response = match entry.payload {
+                EntryPayload::Blank => BatchResponse::default(),
+                EntryPayload::Normal(batch) => apply_batch(&mut s.ledger, &batch.commands),
+                EntryPayload::Membership(m) => {
+                    s.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                    BatchResponse::default()
+                }
+            };
+            out.push(response);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        LedgerSnapshotBuilder {
+            shared: Arc::clone(&self.shared),
+            store: self.store.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let ledger: LedgerState = serde_json::from_slice(&data)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let snap = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        let store = self.store.clone();
+        let to_save = snap.clone();
+        tokio::task::spawn_blocking(move || store.save(&to_save))
+            .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let mut s = self.write_guard()?;
+        s.ledger = ledger;
+        s.last_applied = meta.last_log_id;
+        s.last_membership = meta.last_membership.clone();
+        s.current_snapshot = Some(snap);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let s = self
+            .shared
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(s.current_snapshot.as_ref().map(|snap| Snapshot {
+            meta: snap.meta.clone(),
+            snapshot: Box::new(Cursor::new(snap.data.clone())),
+        }))
+    }
+}

@@ -1,0 +1,239 @@
+//! Durability across a hard kill: a replica process (`phalanx-ledger-replica`, a cluster
+//! of one, so only its own fsync can save an entry) is SIGKILLed while writers still have
+//! proposals in flight, right after a target number of acknowledgements; restarted on the
+//! same directory, it must hold every acknowledged placement (I3, no lost placement).
+//!
+//! Also: the disk-use bound of the log store under many writes with snapshots + purging.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use phalanx_statestore::ledger::check_all;
+use phalanx_statestore::{
+    ClientConfig, GangPlacement, LedgerBatch, LedgerClient, LedgerCommand, PodPlacement,
+    ReplicaConfig, ResourceVec, start_replica_with,
+};
+use tokio::sync::Mutex;
+
+/// Spawns the replica binary and waits (bounded by the child's own startup) for its
+/// `READY <addr>` line.
+fn spawn_replica(dir: &std::path::Path, listen: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_phalanx-ledger-replica"))
+        .args(["--id", "1", "--listen", listen, "--bootstrap", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn replica");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read READY line");
+    let addr = line
+        .trim()
+        .strip_prefix("READY ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+fn pod_gang(writer: usize, i: usize) -> GangPlacement {
+    GangPlacement {
+        gang: format!("ns/w{writer}-g{i}"),
+        pods: vec![PodPlacement {
+            pod: format!("ns/w{writer}-p{i}"),
+            node: "big".to_string(),
+            resources: ResourceVec::from_pairs([("cpu", 1)]),
+        }],
+    }
+}
+
+const WRITERS: usize = 4;
+/// Acknowledged placements before the kill.
+const ACKS_BEFORE_KILL: usize = 200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = spawn_replica(dir.path(), "127.0.0.1:0");
+    let client = Arc::new(LedgerClient::with_config(
+        [(1, addr.clone())],
+        ClientConfig {
+            max_attempts: 60,
+            ..ClientConfig::default()
+        },
+    ));
+    client
+        .propose(&LedgerBatch {
+            commands: vec![
+                LedgerCommand::AssignShard {
+                    shard: 1,
+                    owner: 1,
+                    epoch: 1,
+                },
+                LedgerCommand::UpsertNode {
+                    node: "big".into(),
+                    allocatable: ResourceVec::from_pairs([("cpu", 1_000_000)]),
+                    shard: 1,
+                },
+            ],
+        })
+        .await
+        .expect("seed");
+
+    let acked = Arc::new(Mutex::new(BTreeSet::<String>::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (client, acked, count, reached) = (
+            Arc::clone(&client),
+            Arc::clone(&acked),
+            Arc::clone(&count),
+            Arc::clone(&reached),
+        );
+        writers.push(tokio::spawn(async move {
+            // Bounded: stops at the first failure (the kill) or after 10x the target.
+            for i in 0..ACKS_BEFORE_KILL * 10 {
+                let Ok(o) = client.place_gangs(1, 1, vec![pod_gang(w, i)]).await else {
+                    return;
+                };
+                assert!(o[0].is_accepted(), "{o:?}");
+                acked.lock().await.insert(format!("ns/w{w}-p{i}"));
+                if count.fetch_add(1, Ordering::SeqCst) + 1 == ACKS_BEFORE_KILL {
+                    reached.notify_one();
+                }
+            }
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), reached.notified())
+        .await
+        .expect("target acknowledgements reached");
+    child.kill().expect("SIGKILL replica"); // std: SIGKILL on Unix
+    let _ = child.wait();
+    let acked_at_kill: BTreeSet<String> = acked.lock().await.clone();
+    for w in writers {
+        w.abort();
+    }
+    assert!(acked_at_kill.len() >= ACKS_BEFORE_KILL);
+
+    let (mut child, addr2) = spawn_replica(dir.path(), &addr);
+    assert_eq!(addr, addr2);
+    let read = client.read().await.expect("read after restart");
+    let state = read.state.expect("state");
+    let missing: Vec<&String> = acked_at_kill
+        .iter()
+        .filter(|p| !state.placements.contains_key(*p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "lost acknowledged placements: {missing:?}"
+    );
+    assert!(check_all(&state).is_empty());
+    child.kill().expect("stop replica");
+    let _ = child.wait();
+}
+
+/// Entries written in the disk-use test: each is a batch placing and releasing one pod.
+const DISK_TEST_ENTRIES: usize = 1500;
+/// Upper bound on the Raft log file after those writes with purging.
+const LOG_FILE_BOUND_BYTES: u64 = 512 * 1024;
+/// Upper bound on the whole replica directory (log + sled).
+const DIR_BOUND_BYTES: u64 = 16 * 1024 * 1024;
+
+fn dir_bytes(path: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(path).expect("read dir").flatten() {
+        let m = e.metadata().expect("metadata");
+        total += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_disk_use_stays_bounded_when_entries_are_snapshotted_and_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ReplicaConfig {
+        snapshot_every_entries: 200,
+        keep_entries_after_snapshot: 50,
+        ..ReplicaConfig::default()
+    };
+    let addr = "127.0.0.1:0".parse().unwrap();
+    let r = start_replica_with(1, dir.path(), addr, &config)
+        .await
+        .unwrap();
+    r.initialize([(1, r.node())].into_iter().collect())
+        .await
+        .unwrap();
+    r.wait_for(Duration::from_secs(10), "leader", |m| m.state.is_leader())
+        .await
+        .unwrap();
+    r.propose(LedgerBatch {
+        commands: vec![
+            LedgerCommand::AssignShard {
+                shard: 1,
+                owner: 1,
+                epoch: 1,
+            },
+            LedgerCommand::UpsertNode {
+                node: "big".into(),
+                allocatable: ResourceVec::from_pairs([("cpu", 1_000_000)]),
+                shard: 1,
+            },
+        ],
+    })
+    .await
+    .unwrap();
+    for i in 0..DISK_TEST_ENTRIES {
+        let g = pod_gang(0, i);
+        let pod = g.pods[0].pod.clone();
+        r.propose(LedgerBatch {
+            commands: vec![
+                LedgerCommand::PlaceGangs {
+                    shard: 1,
+                    epoch: 1,
+                    gangs: vec![g],
+                },
+                LedgerCommand::Release {
+                    shard: 1,
+                    epoch: 1,
+                    pods: vec![pod],
+                    reason: phalanx_statestore::ledger::ReleaseReason::Finished,
+                },
+            ],
+        })
+        .await
+        .unwrap();
+    }
+    let m = r
+        .wait_for(Duration::from_secs(20), "log purged", |m| {
+            m.purged
+                .is_some_and(|p| p.index + 400 >= DISK_TEST_ENTRIES as u64)
+        })
+        .await
+        .unwrap();
+    let stats = r.log_stats().unwrap();
+    let total = dir_bytes(dir.path());
+    eprintln!(
+        "disk use after {DISK_TEST_ENTRIES} entries: log file {} B ({} entries, {} compactions), dir {total} B, purged {:?}",
+        stats.file_bytes, stats.entries, stats.compactions, m.purged
+    );
+    assert!(stats.entries <= 200 + 50 + 10, "{stats:?}");
+    assert!(stats.compactions > 0, "{stats:?}");
+    assert!(stats.file_bytes <= LOG_FILE_BOUND_BYTES, "{stats:?}");
+    assert!(total <= DIR_BOUND_BYTES, "replica dir holds {total} bytes");
+    assert_eq!(
+        r.read_local(|s, _| s.released_total),
+        DISK_TEST_ENTRIES as u64
+    );
+    r.shutdown().await.unwrap();
+}
