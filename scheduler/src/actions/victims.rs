@@ -92,6 +92,10 @@ pub fn run(session: &mut Session, mode: Mode) {
     // Candidate victims depend on the preemptor only through its queue (and its priority,
     // for preempt); whether each is still evictable is checked again when it is used.
     let mut units_cache: HashMap<(QueueId, i32), Vec<Unit>> = HashMap::new();
+    // Shapes (queue, priority, first pod's placement key, missing members) that found no
+    // room: victims only become fewer within the action, so the same shape fails again.
+    let mut failed: BTreeSet<(QueueId, i32, u64, u32)> = BTreeSet::new();
+    let mut attempts = 0usize;
     loop {
         let popped = {
             let (state, plugins) = (&session.state, &session.plugins);
@@ -103,12 +107,55 @@ pub fn run(session: &mut Session, mode: Mode) {
             per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
         };
         let Some(job) = job else { continue };
-        make_room(session, job, mode, &deserved, &mut units_cache);
+        let shape = shape_of(session, job);
+        if failed.contains(&shape) {
+            note(
+                session,
+                job,
+                format!(
+                    "{}: a gang of the same shape found no room this cycle",
+                    mode.name()
+                ),
+            );
+        } else if attempts >= MAX_ATTEMPTS_PER_CYCLE {
+            note(
+                session,
+                job,
+                format!(
+                    "{}: not tried this cycle ({MAX_ATTEMPTS_PER_CYCLE} gangs already were)",
+                    mode.name()
+                ),
+            );
+        } else {
+            attempts += 1;
+            if !make_room(session, job, mode, &deserved, &mut units_cache) {
+                failed.insert(shape);
+            }
+        }
         if !per_queue[queue].is_empty() {
             let (state, plugins) = (&session.state, &session.plugins);
             queues.push(queue, |a, b| plugins.queue_order(state, a, b));
         }
     }
+}
+
+/// At most this many gangs try to make room per action and cycle (a bound on the work a
+/// cycle does; the rest try in the next cycle).
+pub const MAX_ATTEMPTS_PER_CYCLE: usize = 512;
+
+fn shape_of(session: &Session, job: JobId) -> (QueueId, i32, u64, u32) {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    let key = state
+        .pending_tasks(job)
+        .next()
+        .map_or(0, |t| state.tasks[t].placement_key);
+    (
+        j.queue.unwrap_or(usize::MAX),
+        j.priority,
+        key,
+        missing_members(session, job),
+    )
 }
 
 /// Admitted, valid, fewer than `minMember` placed or pipelined, with pods left to place.
@@ -136,14 +183,15 @@ fn pipelined_ready(session: &Session, job: JobId) -> bool {
 }
 
 /// Tries to make room for `job`; commits the evictions and pipelined placements when it
-/// fits, gives everything back when it does not.
+/// fits, gives everything back when it does not. Returns false when it found no room for
+/// a reason a gang of the same shape (queue, priority, pods, missing members) meets too.
 fn make_room(
     session: &mut Session,
     job: JobId,
     mode: Mode,
     deserved: &[Resources],
     units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
-) {
+) -> bool {
     let mut tasks: Vec<TaskId> = session
         .state
         .pending_tasks(job)
@@ -154,12 +202,17 @@ fn make_room(
         tasks.sort_by(|&a, &b| plugins.task_order(state, a, b));
     }
     if tasks.is_empty() {
-        return;
+        return false;
     }
     let queue = session.state.jobs[job]
         .queue
         .expect("starving jobs have a queue");
-    if tasks.iter().any(|&t| !session.state.tasks[t].may_preempt) {
+    let class_never = session.state.jobs[job]
+        .pod_group
+        .priority_class_name
+        .as_ref()
+        .is_some_and(|c| session.state.never_preempt_classes.contains(c));
+    if class_never || tasks.iter().any(|&t| !session.state.tasks[t].may_preempt) {
         note(
             session,
             job,
@@ -168,13 +221,13 @@ fn make_room(
                 mode.name()
             ),
         );
-        return;
+        return true; // not about room: a gang of the same shape may still try.
     }
     if mode == Mode::Reclaim && session.plugins.overused(&session.state, queue) {
-        return; // allocate already said why: the queue has its deserved share.
+        return false; // allocate already said why: the queue has its deserved share.
     }
     if mode == Mode::Reclaim && !queue_can_take(session, job, queue, &tasks, deserved) {
-        return;
+        return false;
     }
     let key = (
         queue,
@@ -189,7 +242,7 @@ fn make_room(
         .or_insert_with(|| victim_units(session, job, mode))
         .clone();
     if units.is_empty() {
-        return;
+        return false;
     }
     if !enough_in_reach(session, job, &tasks, &units) {
         note(
@@ -200,7 +253,7 @@ fn make_room(
                 mode.name()
             ),
         );
-        return;
+        return false;
     }
 
     let mut statement = Statement::new();
@@ -237,7 +290,7 @@ fn make_room(
                 mode.name()
             ),
         );
-        return;
+        return false;
     }
     if chosen.len() > 1 {
         // Never evict more than needed: drop each unit the gang fits without.
@@ -254,12 +307,13 @@ fn make_room(
         let (ok, s) = build(session, job, &tasks, &keep, mode);
         if !ok {
             s.discard(session);
-            return;
+            return false;
         }
         statement = s;
     }
     record(session, job, &statement, mode);
     statement.commit(session);
+    true
 }
 
 /// Evicts `units` and places the gang from scratch; `true` when it fits.
@@ -372,7 +426,12 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
             _ => {}
         }
         let mut holding = Vec::new();
-        let mut protected = false;
+        // A gang some of whose pods already finished is not evicted whole: what is left of it
+        // is finishing the work.
+        let mut protected = victim
+            .tasks
+            .iter()
+            .any(|&t| state.tasks[t].status == TaskStatus::Succeeded);
         for &t in &victim.tasks {
             let task = &state.tasks[t];
             match task.status {

@@ -8,8 +8,8 @@
 //! out, and what they leave is split again, until nothing changes. A `spec.deserved` set on
 //! the queue replaces the computed amount (capped the same way).
 //!
-//! With deserved shares known: queues are ordered by share (allocated / deserved, the largest
-//! fraction over resources), a queue whose allocation reaches its deserved amount in every
+//! With deserved shares known: queues are ordered by `spec.priority` (higher first), then by
+//! share (allocated / deserved, the largest fraction over resources), a queue whose allocation reaches its deserved amount in every
 //! resource is *overused* and gets nothing more this cycle, a task is *allocatable* only if the
 //! queue stays within its deserved amount on the resources the task asks for, and a gang is
 //! *enqueueable* only if its `minResources`, plus what the queue holds and has admitted, stay
@@ -159,8 +159,14 @@ impl Plugin for ProportionPlugin {
         self.queues = compute_deserved(state);
     }
 
+    /// Higher `spec.priority` first, then the least-served (smallest share) first.
     fn queue_order(&self, state: &SessionState, a: QueueId, b: QueueId) -> Ordering {
-        self.share(state, a).total_cmp(&self.share(state, b))
+        let (pa, pb) = (
+            state.queues[a].queue.priority,
+            state.queues[b].queue.priority,
+        );
+        pb.cmp(&pa)
+            .then_with(|| self.share(state, a).total_cmp(&self.share(state, b)))
     }
 
     fn overused(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
@@ -199,7 +205,12 @@ impl Plugin for ProportionPlugin {
             freed.add(state.tasks[v].resreq());
         }
         let q = victim_queue?;
-        if Some(q) == state.jobs[reclaimer].queue || !state.queues[q].queue.reclaimable {
+        let reclaimer_queue = state.jobs[reclaimer].queue?;
+        if q == reclaimer_queue || !state.queues[q].queue.reclaimable {
+            return Some(false);
+        }
+        // A queue of higher priority is never reclaimed from by a lower one.
+        if state.queues[q].queue.priority > state.queues[reclaimer_queue].queue.priority {
             return Some(false);
         }
         // The queue's share (its largest allocated/deserved ratio, the same share that
