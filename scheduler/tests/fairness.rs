@@ -5,13 +5,12 @@
 use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::simulate::fairness::{FairnessSpec, parse_queues, run};
 
-#[test]
-fn three_queues_weighted_one_two_three_end_within_five_percent_of_their_shares() {
+fn assert_fair(queues: &str) {
     let spec = FairnessSpec {
         nodes: 64,
         gpus_per_node: 8,
         jobs: 1000,
-        queues: parse_queues("a:1,b:2,c:3").expect("valid queues"),
+        queues: parse_queues(queues).expect("valid queues"),
         seed: 1,
     };
     let report = run(&spec, &SchedulerConf::volcano_default());
@@ -24,6 +23,18 @@ fn three_queues_weighted_one_two_three_end_within_five_percent_of_their_shares()
     );
     assert!(
         report.max_relative_error() <= 0.05,
-        "shares are not within 5% of 1:2:3:\n{text}"
+        "shares are not within 5% of {queues}:\n{text}"
     );
+}
+
+#[test]
+fn three_queues_weighted_one_two_three_end_within_five_percent_of_their_shares() {
+    assert_fair("a:1,b:2,c:3");
+}
+
+/// The last queue to arrive is the smallest: the middle one must not hold the admission
+/// budget with gangs it can never be given (volcano#5006).
+#[test]
+fn the_smallest_queue_arriving_last_still_gets_its_share() {
+    assert_fair("a:3,b:2,c:1");
 }

@@ -13,7 +13,8 @@
 //! resource is *overused* and gets nothing more this cycle, a task is *allocatable* only if the
 //! queue stays within its deserved amount on the resources the task asks for, and a gang is
 //! *enqueueable* only if its `minResources`, plus what the queue holds and has admitted, stay
-//! within the queue's real capability.
+//! within the queue's real capability and, on resources the queue cannot have all it asks
+//! for, within its deserved amount.
 
 use std::cmp::Ordering;
 
@@ -242,15 +243,30 @@ impl Plugin for ProportionPlugin {
         let (queue, min) = (j.queue?, j.min_resources()?);
         let s = &self.queues[queue];
         let wanted = min.plus(&state.queues[queue].allocated).plus(&s.inqueue);
-        if wanted.restricted_to(min).within_limit(&s.real_capability) {
+        let name = &state.queues[queue].queue.name;
+        if !wanted.restricted_to(min).within_limit(&s.real_capability) {
+            return Some(format!(
+                "queue {name} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
+                state.queues[queue].allocated.restricted_to(min),
+                s.inqueue.restricted_to(min),
+                s.real_capability.restricted_to(min),
+            ));
+        }
+        // Where the queue cannot have all it asks for (its deserved amount is below its
+        // request), admitting beyond the deserved amount only reserves what allocate will
+        // never give it, and holds admission budget other queues need (volcano#5006).
+        let contended = min.names().any(|r| {
+            let r = r.as_str();
+            s.deserved.get(r) < s.request.get(r) && wanted.get(r) > s.deserved.get(r)
+        });
+        if !contended {
             return None;
         }
         Some(format!(
-            "queue {} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
-            state.queues[queue].queue.name,
+            "queue {name} is at its deserved share: minResources {min} plus {} allocated and {} admitted exceed its deserved {}",
             state.queues[queue].allocated.restricted_to(min),
             s.inqueue.restricted_to(min),
-            s.real_capability.restricted_to(min),
+            s.deserved.restricted_to(min),
         ))
     }
 
