@@ -3,7 +3,7 @@
 //! capability). Only admitted gangs are placed by `allocate`, so a gang that can never fit
 //! does not hold anything. Queues take turns in queue order, one gang at a time.
 
-use crate::actions::job_block;
+use crate::actions::admission_block;
 use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::{JobId, QueueId, Session};
 use crate::model::PodGroupPhase;
@@ -17,11 +17,13 @@ pub fn run(session: &mut Session) {
         if !j.is_pending_phase() || j.admission_released {
             continue;
         }
-        if let Some((code, reason)) = job_block(session, job) {
+        if let Some((code, reason)) = admission_block(session, job) {
             session.state.jobs[job].block(code, reason);
             continue;
         }
-        let queue = j.queue.expect("job_block rejects jobs without a queue");
+        let queue = j
+            .queue
+            .expect("admission_block rejects jobs without a queue");
         let (state, plugins) = (&session.state, &session.plugins);
         per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
     }

@@ -34,6 +34,31 @@ pub(crate) fn job_block(
     session: &Session,
     job: crate::framework::JobId,
 ) -> Option<(&'static str, String)> {
+    admission_block(session, job).or_else(|| {
+        session
+            .plugins
+            .job_valid(&session.state, job)
+            .map(|invalid| {
+                (
+                    if invalid.reason == "NotEnoughPods" {
+                        "NotEnoughPods"
+                    } else {
+                        "Invalid"
+                    },
+                    invalid.message,
+                )
+            })
+    })
+}
+
+/// What keeps a job from being admitted at all: a missing PodGroup or queue, a queue that
+/// is not Open, a schedule timeout with action `stop`. Whether the gang's pods exist yet is
+/// not asked: Volcano's job controller creates a Job's pods only once its PodGroup is
+/// Inqueue, so admission must come first.
+pub(crate) fn admission_block(
+    session: &Session,
+    job: crate::framework::JobId,
+) -> Option<(&'static str, String)> {
     let state = &session.state;
     let j = &state.jobs[job];
     if let Some(group) = &j.missing_group {
@@ -72,16 +97,6 @@ pub(crate) fn job_block(
                 "schedule-timeout {} passed with timeout-action stop; no longer scheduled",
                 crate::framework::timeout::format_duration(j.timeout.timeout_ms.unwrap_or(0))
             ),
-        ));
-    }
-    if let Some(invalid) = session.plugins.job_valid(state, job) {
-        return Some((
-            if invalid.reason == "NotEnoughPods" {
-                "NotEnoughPods"
-            } else {
-                "Invalid"
-            },
-            invalid.message,
         ));
     }
     None

@@ -14,7 +14,7 @@
 //! queue stays within its deserved amount on the resources the task asks for, and a gang is
 //! *enqueueable* only if its `minResources`, plus what the queue holds and has admitted, stay
 //! within the queue's real capability and, on resources the queue cannot have all it asks
-//! for, within its deserved amount.
+//! for, the queue has not yet allocated and admitted its deserved amount.
 
 use std::cmp::Ordering;
 
@@ -253,17 +253,19 @@ impl Plugin for ProportionPlugin {
             ));
         }
         // Where the queue cannot have all it asks for (its deserved amount is below its
-        // request), admitting beyond the deserved amount only reserves what allocate will
-        // never give it, and holds admission budget other queues need (volcano#5006).
-        let contended = min.names().any(|r| {
+        // request), a queue whose allocated and admitted amounts already reach its deserved
+        // amount admits nothing more: allocate would never give it more, and the admission
+        // would hold budget that other queues need (volcano#5006).
+        let held = state.queues[queue].allocated.plus(&s.inqueue);
+        let at_share = min.names().any(|r| {
             let r = r.as_str();
-            s.deserved.get(r) < s.request.get(r) && wanted.get(r) > s.deserved.get(r)
+            s.deserved.get(r) < s.request.get(r) && held.get(r) >= s.deserved.get(r)
         });
-        if !contended {
+        if !at_share {
             return None;
         }
         Some(format!(
-            "queue {name} is at its deserved share: minResources {min} plus {} allocated and {} admitted exceed its deserved {}",
+            "queue {name} is at its deserved share: {} allocated and {} admitted reach its deserved {}",
             state.queues[queue].allocated.restricted_to(min),
             s.inqueue.restricted_to(min),
             s.deserved.restricted_to(min),
