@@ -45,10 +45,9 @@ fn close(session: &mut Session) {
             if let (Some(since), Some(limit)) = (
                 status.inqueue_since_ms,
                 session.state.timeouts.inqueue_timeout_ms,
-            ) {
-                session
-                    .plan
-                    .wake_at(since.saturating_add(limit).max(now + 1));
+            ) && since.saturating_add(limit) > now
+            {
+                session.plan.wake_at(since.saturating_add(limit));
             }
         }
         let old = &session.state.jobs[job].pod_group.status;
