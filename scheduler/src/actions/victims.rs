@@ -237,6 +237,15 @@ fn make_room(
             0
         },
     );
+    // Room that earlier victims are already releasing (they are still terminating) is
+    // taken first, without evicting anyone more.
+    let mut statement = Statement::new();
+    if place(session, &mut statement, job, &tasks, None) {
+        record(session, job, &statement, mode);
+        statement.commit(session);
+        return true;
+    }
+    statement.discard(session);
     let units = units_cache
         .entry(key)
         .or_insert_with(|| victim_units(session, job, mode))
@@ -258,7 +267,7 @@ fn make_room(
 
     let mut statement = Statement::new();
     let mut chosen: Vec<Unit> = Vec::new();
-    let mut fits = place(session, &mut statement, job, &tasks, None);
+    let mut fits = false;
     for &unit in &units {
         if fits {
             break;

@@ -32,6 +32,8 @@ pub struct SimCluster {
     /// Pods bound during this run (not those that were already running at the start).
     bound_here: BTreeSet<ObjectKey>,
     evicted: BTreeSet<ObjectKey>,
+    /// Evicted pods with a termination grace period, and when they will be gone.
+    terminating_until: BTreeMap<ObjectKey, TimeMs>,
     events: Vec<(TimeMs, Event)>,
     bind_calls: u64,
     /// GPU-milliseconds held by pods, and the part held by pods whose work had started.
@@ -145,9 +147,11 @@ impl SimCluster {
         self.evicted.iter()
     }
 
-    /// The next moment a running pod finishes, if any.
+    /// The next moment a running pod finishes or a terminating pod is gone, if any.
     pub fn next_event_ms(&self) -> Option<TimeMs> {
-        self.work_started_ms
+        let gone = self.terminating_until.values().min().copied();
+        let finished = self
+            .work_started_ms
             .iter()
             .filter_map(|(key, start)| {
                 let pod = self.pods.get(key)?;
@@ -155,7 +159,11 @@ impl SimCluster {
                     .then(|| pod.sim_duration_ms.map(|d| start.saturating_add(d)))
                     .flatten()
             })
-            .min()
+            .min();
+        match (gone, finished) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Moves time forward to `t`, finishing every pod whose run time is over. Returns how
@@ -173,6 +181,16 @@ impl SimCluster {
         }
         self.now_ms = self.now_ms.max(t);
         let now = self.now_ms;
+        let gone: Vec<ObjectKey> = self
+            .terminating_until
+            .iter()
+            .filter(|&(_, &until)| until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            self.terminating_until.remove(&key);
+            self.pods.remove(&key);
+        }
         let mut finished = 0;
         for (key, start) in &self.work_started_ms {
             let Some(pod) = self.pods.get_mut(key) else {
@@ -204,7 +222,10 @@ impl SimCluster {
             }
         }
         for pod in self.pods.values() {
-            if pod.phase != PodPhase::Running || self.work_started_ms.contains_key(&pod.key) {
+            if pod.phase != PodPhase::Running
+                || pod.terminating
+                || self.work_started_ms.contains_key(&pod.key)
+            {
                 continue;
             }
             let complete = match &pod.group {
@@ -286,16 +307,29 @@ impl Cluster for SimCluster {
         Ok(())
     }
 
-    /// Deletes the pod at once (no grace period), keeping a record that it was evicted.
+    /// Deletes the pod, keeping a record that it was evicted. A pod with
+    /// `terminationGracePeriodSeconds` stays that long, terminating (it holds its node but
+    /// does no work); one without goes at once. Evicting a terminating pod again is a no-op.
     fn evict(&mut self, pod: &ObjectKey, _reason: &str) -> Result<(), ClusterError> {
-        if self.pods.remove(pod).is_none() {
+        let Some(p) = self.pods.get_mut(pod) else {
             return Err(ClusterError::NotFound {
                 kind: "pod",
                 key: pod.to_string(),
             });
-        }
+        };
         self.work_started_ms.remove(pod);
         self.evicted.insert(pod.clone());
+        match p.termination_grace_ms.filter(|&g| g > 0) {
+            _ if p.terminating => {}
+            Some(grace) if p.node_name.is_some() => {
+                Arc::make_mut(p).terminating = true;
+                self.terminating_until
+                    .insert(pod.clone(), self.now_ms.saturating_add(grace));
+            }
+            _ => {
+                self.pods.remove(pod);
+            }
+        }
         Ok(())
     }
 }

@@ -457,6 +457,8 @@ impl SessionState {
         let status = match (pod.phase, &pod.node_name) {
             (PodPhase::Succeeded, _) => TaskStatus::Succeeded,
             (PodPhase::Failed, _) => TaskStatus::Failed,
+            // Going away (an earlier cycle's victim): holds its node until it is gone.
+            (_, Some(_)) if pod.terminating => TaskStatus::Releasing,
             (PodPhase::Running, Some(_)) => TaskStatus::Running,
             (_, Some(_)) => TaskStatus::Bound,
             (_, None) => TaskStatus::Pending,
@@ -526,7 +528,7 @@ impl SessionState {
         if let Some(j) = task.job {
             let job = &mut self.jobs[j];
             job.tasks.push(id);
-            if status != TaskStatus::Failed {
+            if status != TaskStatus::Failed && status != TaskStatus::Releasing {
                 job.valid_count += 1;
             }
             if status.is_ready() {
@@ -536,7 +538,16 @@ impl SessionState {
                 job.pending_best_effort += 1;
             }
         }
-        if status.occupies_node() {
+        if status == TaskStatus::Releasing {
+            // Held on the node, released in the future; not its job's or queue's any more.
+            let req = self.tasks[id].pod.requests.clone();
+            if let Some(n) = node {
+                self.nodes[n].take(&req);
+                self.nodes[n].releasing.add(&req);
+                self.nodes[n].releasing_pods += 1;
+            }
+            self.total_used.add(&req);
+        } else if status.occupies_node() {
             let req = self.tasks[id].pod.requests.clone();
             if let Some(n) = node {
                 self.nodes[n].take(&req);
@@ -759,7 +770,7 @@ impl SessionState {
         let mut out = BTreeMap::new();
         for &t in &self.jobs[job].tasks {
             let task = &self.tasks[t];
-            if task.status != TaskStatus::Failed {
+            if task.status != TaskStatus::Failed && task.status != TaskStatus::Releasing {
                 *out.entry(task.role.as_str()).or_insert(0) += 1;
             }
         }
