@@ -695,6 +695,5 @@ fn record(session: &mut Session, job: JobId, statement: &Statement, mode: Mode) 
             },
         });
     }
-    session.state.jobs[job].evictions_for += victims.len() as u32;
     session.plan.events.extend(events);
 }

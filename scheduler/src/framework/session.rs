@@ -190,8 +190,6 @@ pub struct JobInfo {
     pub pipelined_count: u32,
     /// Its schedule timeout (creation time, timeout, what to do then).
     pub timeout: GangTimeout,
-    /// What preempt or reclaim did for or to this job this cycle, for its Events.
-    pub evictions_for: u32,
     /// Sent back to Pending at the start of this cycle by the inqueue timeout; not admitted
     /// again in this cycle.
     pub admission_released: bool,
@@ -437,7 +435,6 @@ impl SessionState {
             blocked_code: None,
             pipelined_count: 0,
             timeout: GangTimeout::default(),
-            evictions_for: 0,
             admission_released: false,
             missing_group: None,
         });
