@@ -13,6 +13,7 @@ pub mod actions;
 pub mod cluster;
 pub mod framework;
 pub mod invariants;
+pub mod ledger;
 pub mod manifest;
 pub mod model;
 pub mod plugins;

@@ -34,10 +34,11 @@ struct SimulateArgs {
     /// A multi-document YAML scenario (see SCENARIOS.md).
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
-    /// Scheduler replicas. More than one needs the replicated ledger, which is not built yet.
+    /// Scheduler replicas: 1 checks each plan with the ledger's state machine in process;
+    /// 2 to 9 start the replicated ledger (Raft on loopback) and commit every plan through it.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
-    /// Shards. More than one needs the replicated ledger, which is not built yet.
+    /// Shards. Only 1 is supported until sharding is built.
     #[arg(long, default_value_t = 1)]
     shards: u32,
     /// Place pods whose spec.schedulerName is this.
@@ -77,7 +78,7 @@ const EXIT_BAD_INPUT: u8 = 2;
 
 fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHALANX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -88,11 +89,15 @@ fn main() -> ExitCode {
 }
 
 fn simulate(args: SimulateArgs) -> ExitCode {
-    if args.replicas != 1 || args.shards != 1 {
+    if args.shards != 1 {
         eprintln!(
-            "error: --replicas {} --shards {}: running more than one replica or shard needs the replicated ledger, which this build does not have yet; use --replicas 1 --shards 1",
-            args.replicas, args.shards
+            "error: --shards {}: sharding is not built yet; use --shards 1",
+            args.shards
         );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if !(1..=9).contains(&args.replicas) {
+        eprintln!("error: --replicas {}: must be 1 to 9", args.replicas);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     if let Some(path) = &args.scenario {
@@ -104,7 +109,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
             spec.scheduler_name = args.scheduler_name.clone();
             let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
-            generated::run(&spec, &conf, !args.quiet)
+            generated::run(&spec, &conf, args.replicas as usize, !args.quiet)
         }
         None => demo::run(),
     };
@@ -136,6 +141,7 @@ fn scenario(path: &PathBuf, args: &SimulateArgs) -> ExitCode {
         scheduler_name: args.scheduler_name.clone(),
         strict_config: args.strict_config,
         period_ms: args.period_ms,
+        replicas: args.replicas as usize,
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
     print!("{}", render(&report));

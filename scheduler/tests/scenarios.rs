@@ -117,3 +117,52 @@ fn every_invalid_scenario_is_refused_with_a_clear_error() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Where every pod ended and each PodGroup's phase: what must not depend on replicas.
+fn final_placement(path: &Path, replicas: usize) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let name = scheduler_name(&text);
+    let load = LoadOptions {
+        scheduler_name: name.clone(),
+        strict_config: false,
+    };
+    let workload = load_workload_files(&[path], &load).map_err(|e| e.to_string())?;
+    let opts = ScenarioOptions {
+        scheduler_name: name,
+        replicas,
+        ..ScenarioOptions::default()
+    };
+    let report = run_workload(&path.display().to_string(), workload, &opts);
+    if !report.outcome.ledger_errors.is_empty() {
+        return Err(report.outcome.ledger_errors.join("; "));
+    }
+    let mut out: Vec<String> = report
+        .sim
+        .pods()
+        .map(|p| format!("{} {:?} {:?}", p.key, p.node_name, p.phase))
+        .collect();
+    out.extend(
+        report
+            .sim
+            .pod_groups()
+            .map(|g| format!("{} {:?}", g.key, g.status.phase)),
+    );
+    out.sort();
+    Ok(out)
+}
+
+#[test]
+fn scenario_outcomes_are_the_same_with_one_and_three_replicas() {
+    let mut failures = Vec::new();
+    for path in yaml_files("") {
+        match (final_placement(&path, 1), final_placement(&path, 3)) {
+            (Ok(one), Ok(three)) if one == three => {}
+            (Ok(one), Ok(three)) => failures.push(format!(
+                "{}: differs\n  1 replica:  {one:?}\n  3 replicas: {three:?}",
+                path.display()
+            )),
+            (a, b) => failures.push(format!("{}: {:?} / {:?}", path.display(), a.err(), b.err())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -17,9 +17,9 @@ use phalanx_proto::ledger::{LeaderHint, ReadRequest, propose_reply, read_reply};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::ledger::{Epoch, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, ShardId};
-use crate::network::MAX_MESSAGE_BYTES;
 use crate::network::wire::ledger_read::LedgerRead;
 use crate::network::wire::{self, WireError};
+use crate::network::{MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES};
 use crate::raft_types::{LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId};
 
 /// Client limits.
@@ -219,6 +219,12 @@ impl LedgerClient {
             return Err(ClientError::BatchTooLarge(batch.commands.len()));
         }
         let request = wire::ledger_batch::to_wire(batch)?;
+        if request.batch.len() > MAX_PROPOSAL_BYTES {
+            return Err(ClientError::Rejected(format!(
+                "proposal of {} bytes, limit {MAX_PROPOSAL_BYTES}; split the plan",
+                request.batch.len()
+            )));
+        }
         let timeout = self.config.rpc_timeout;
         self.with_leader(|mut client| {
             let mut req = tonic::Request::new(request.clone());
@@ -327,5 +333,43 @@ impl LedgerClient {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{PodPlacement, ResourceVec};
+
+    #[tokio::test]
+    async fn an_oversized_proposal_is_refused_before_it_is_sent() {
+        // Nothing listens there: the refusal must come before any connection attempt.
+        let client = LedgerClient::new([(1, "127.0.0.1:9".to_string())]);
+        let gangs = (0..8)
+            .map(|g| GangPlacement {
+                gang: format!("ns/g{g}"),
+                pods: (0..4096)
+                    .map(|p| PodPlacement {
+                        pod: format!("some-namespace/a-rather-long-pod-name-{g}-{p}"),
+                        node: format!("node-with-a-long-name-{p}"),
+                        resources: ResourceVec::from_pairs([("cpu", 1000), ("memory", 1 << 30)]),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let batch = LedgerBatch::one(LedgerCommand::PlaceGangs {
+            shard: 1,
+            epoch: 1,
+            gangs,
+        });
+        let err = client.propose(&batch).await.unwrap_err();
+        assert!(matches!(err, ClientError::Rejected(_)), "{err:?}");
+        let too_many = LedgerBatch {
+            commands: vec![LedgerCommand::ExpireAt { now_ms: 0 }; MAX_COMMANDS_PER_BATCH + 1],
+        };
+        assert!(matches!(
+            client.propose(&too_many).await,
+            Err(ClientError::BatchTooLarge(_))
+        ));
     }
 }

@@ -118,7 +118,7 @@ impl LocalCluster {
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ReplicaError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            for r in self.running.values() {
+            for r in self.running.values().filter(|r| !r.is_isolated()) {
                 let m = r.metrics();
                 if m.current_leader == Some(r.id()) && m.state.is_leader() {
                     return Ok(r.id());
@@ -136,10 +136,12 @@ impl LocalCluster {
         }
     }
 
-    /// The current leader among running replicas, if one claims it.
+    /// The current leader among running, non-isolated replicas, if one claims it (an
+    /// isolated old leader may still believe it leads; it is skipped).
     pub fn leader(&self) -> Option<NodeId> {
         self.running
             .values()
+            .filter(|r| !r.is_isolated())
             .find(|r| r.metrics().state.is_leader())
             .map(ReplicaHandle::id)
     }

@@ -19,8 +19,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::expiry::{Clock, spawn_expiry_loop, system_clock};
 use crate::log_store::{FileLogStore, LogStoreStats};
-use crate::network::{LedgerGrpc, MAX_MESSAGE_BYTES, PeerNetwork, RaftGrpc};
-use crate::raft_types::{BatchResponse, LedgerBatch, NodeId, Raft};
+use crate::network::{LedgerGrpc, MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES, PeerNetwork, RaftGrpc};
+use crate::raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::{LedgerReader, LedgerStateMachine};
 
 /// Tunables of one replica; `validate` turns them into openraft's `Config`.
@@ -112,6 +112,9 @@ pub enum ReplicaError {
         /// Known leader address.
         leader_addr: Option<String>,
     },
+    /// A proposal over `MAX_PROPOSAL_BYTES` (or over `MAX_COMMANDS_PER_BATCH`).
+    #[error("proposal too large: {0}")]
+    TooLarge(String),
     /// A bounded wait ran out.
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(Duration, String),
@@ -215,9 +218,12 @@ pub async fn start_replica_with_clock(
         Server::builder()
             .add_service(raft_svc)
             .add_service(ledger_svc)
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
-                let _ = shutdown_rx.await;
-            }),
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    let _ = shutdown_rx.await;
+                },
+            ),
     );
     let expiry = spawn_expiry_loop(
         raft.clone(),
@@ -317,6 +323,20 @@ impl ReplicaHandle {
     /// Proposes a batch on this replica (it must be the leader); returns the responses
     /// and the log index once committed and applied.
     pub async fn propose(&self, batch: LedgerBatch) -> Result<(BatchResponse, u64), ReplicaError> {
+        if batch.commands.len() > MAX_COMMANDS_PER_BATCH {
+            return Err(ReplicaError::TooLarge(format!(
+                "{} commands, limit {MAX_COMMANDS_PER_BATCH}",
+                batch.commands.len()
+            )));
+        }
+        let size = serde_json::to_vec(&batch)
+            .map_err(|e| ReplicaError::TooLarge(format!("unserializable batch: {e}")))?
+            .len();
+        if size > MAX_PROPOSAL_BYTES {
+            return Err(ReplicaError::TooLarge(format!(
+                "{size} bytes, limit {MAX_PROPOSAL_BYTES}"
+            )));
+        }
         match self.raft.client_write(batch).await {
             Ok(r) => Ok((r.data, r.log_id.index)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fw))) => {
@@ -345,6 +365,11 @@ impl ReplicaHandle {
     /// its gRPC services answer `Unavailable`.
     pub fn set_isolated(&self, isolated: bool) {
         self.isolated.store(isolated, Ordering::Relaxed);
+    }
+
+    /// True while cut off by `set_isolated`.
+    pub fn is_isolated(&self) -> bool {
+        self.isolated.load(Ordering::Relaxed)
     }
 
     /// Waits (bounded) until `cond` holds on this replica's metrics.

@@ -21,9 +21,31 @@ use tokio::sync::Mutex;
 
 /// Spawns the replica binary and waits (bounded by the child's own startup) for its
 /// `READY <addr>` line.
-fn spawn_replica(dir: &std::path::Path, listen: &str) -> (Child, String) {
+/// A replica process that is SIGKILLed when dropped, so a failing test leaks none.
+struct Replica(Child);
+
+impl Replica {
+    /// SIGKILL (std's `Child::kill` on Unix) and reap.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn_replica(dir: &std::path::Path, listen: &str) -> (Replica, String) {
+    spawn_replica_args(dir, &["--id", "1", "--listen", listen, "--bootstrap"])
+}
+
+fn spawn_replica_args(dir: &std::path::Path, args: &[&str]) -> (Replica, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_phalanx-ledger-replica"))
-        .args(["--id", "1", "--listen", listen, "--bootstrap", "--dir"])
+        .args(args)
+        .arg("--dir")
         .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -39,7 +61,7 @@ fn spawn_replica(dir: &std::path::Path, listen: &str) -> (Child, String) {
         .strip_prefix("READY ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
-    (child, addr)
+    (Replica(child), addr)
 }
 
 fn pod_gang(writer: usize, i: usize) -> GangPlacement {
@@ -57,17 +79,7 @@ const WRITERS: usize = 4;
 /// Acknowledged placements before the kill.
 const ACKS_BEFORE_KILL: usize = 200;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut child, addr) = spawn_replica(dir.path(), "127.0.0.1:0");
-    let client = Arc::new(LedgerClient::with_config(
-        [(1, addr.clone())],
-        ClientConfig {
-            max_attempts: 60,
-            ..ClientConfig::default()
-        },
-    ));
+async fn seed(client: &LedgerClient) {
     client
         .propose(&LedgerBatch {
             commands: vec![
@@ -85,14 +97,18 @@ async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
         })
         .await
         .expect("seed");
+}
 
+/// Runs `WRITERS` writers until `ACKS_BEFORE_KILL` placements are acknowledged, calls
+/// `kill` at once (writers still in flight), and returns every acknowledged pod.
+async fn write_then_kill(client: &Arc<LedgerClient>, kill: impl FnOnce()) -> BTreeSet<String> {
     let acked = Arc::new(Mutex::new(BTreeSet::<String>::new()));
     let count = Arc::new(AtomicUsize::new(0));
     let reached = Arc::new(tokio::sync::Notify::new());
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let (client, acked, count, reached) = (
-            Arc::clone(&client),
+            Arc::clone(client),
             Arc::clone(&acked),
             Arc::clone(&count),
             Arc::clone(&reached),
@@ -114,19 +130,17 @@ async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
     tokio::time::timeout(Duration::from_secs(60), reached.notified())
         .await
         .expect("target acknowledgements reached");
-    child.kill().expect("SIGKILL replica"); // std: SIGKILL on Unix
-    let _ = child.wait();
+    kill();
     let acked_at_kill: BTreeSet<String> = acked.lock().await.clone();
     for w in writers {
         w.abort();
     }
     assert!(acked_at_kill.len() >= ACKS_BEFORE_KILL);
+    acked_at_kill
+}
 
-    let (mut child, addr2) = spawn_replica(dir.path(), &addr);
-    assert_eq!(addr, addr2);
-    let read = client.read().await.expect("read after restart");
-    let state = read.state.expect("state");
-    let missing: Vec<&String> = acked_at_kill
+fn assert_all_present(acked: &BTreeSet<String>, state: &phalanx_statestore::LedgerState) {
+    let missing: Vec<&String> = acked
         .iter()
         .filter(|p| !state.placements.contains_key(*p))
         .collect();
@@ -134,9 +148,86 @@ async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
         missing.is_empty(),
         "lost acknowledged placements: {missing:?}"
     );
-    assert!(check_all(&state).is_empty());
-    child.kill().expect("stop replica");
-    let _ = child.wait();
+    assert!(check_all(state).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_replica_restarts_with_every_acknowledged_placement() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr) = spawn_replica(dir.path(), "127.0.0.1:0");
+    let client = Arc::new(LedgerClient::with_config(
+        [(1, addr.clone())],
+        ClientConfig {
+            max_attempts: 60,
+            ..ClientConfig::default()
+        },
+    ));
+    seed(&client).await;
+    let acked_at_kill = write_then_kill(&client, || {
+        child.kill();
+    })
+    .await;
+
+    let (mut child, addr2) = spawn_replica(dir.path(), &addr);
+    assert_eq!(addr, addr2);
+    let read = client.read().await.expect("read after restart");
+    assert_all_present(&acked_at_kill, &read.state.expect("state"));
+    child.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replica_processes_all_sigkilled_restart_with_every_acknowledged_placement() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // Replicas 2 and 3 first (to learn their ports), then 1 bootstraps all three.
+    let (c2, a2) = spawn_replica_args(dirs[1].path(), &["--id", "2", "--listen", "127.0.0.1:0"]);
+    let (c3, a3) = spawn_replica_args(dirs[2].path(), &["--id", "3", "--listen", "127.0.0.1:0"]);
+    let peers = format!("2={a2},3={a3}");
+    let (c1, a1) = spawn_replica_args(
+        dirs[0].path(),
+        &[
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--bootstrap",
+            "--peers",
+            &peers,
+        ],
+    );
+    let addrs = [a1.clone(), a2.clone(), a3.clone()];
+    let client = Arc::new(LedgerClient::with_config(
+        [(1, a1), (2, a2), (3, a3)],
+        ClientConfig {
+            max_attempts: 80,
+            ..ClientConfig::default()
+        },
+    ));
+    seed(&client).await;
+    let mut children = vec![c1, c2, c3];
+    let acked = write_then_kill(&client, || {
+        for c in &mut children {
+            let _ = c.0.kill(); // SIGKILL all three before reaping any
+        }
+        for c in &mut children {
+            c.kill();
+        }
+    })
+    .await;
+    let mut restarted = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = (i + 1).to_string();
+        let (c, a) = spawn_replica_args(dir.path(), &["--id", &id, "--listen", &addrs[i]]);
+        assert_eq!(a, addrs[i]);
+        restarted.push(c);
+    }
+    let read = client
+        .read()
+        .await
+        .expect("read after full-cluster restart");
+    assert_all_present(&acked, &read.state.expect("state"));
+    for c in &mut restarted {
+        c.kill();
+    }
 }
 
 /// Entries written in the disk-use test: each is a batch placing and releasing one pod.

@@ -34,6 +34,8 @@ pub struct SimCluster {
     evicted: BTreeSet<ObjectKey>,
     /// Evicted pods with a termination grace period, and when they will be gone.
     terminating_until: BTreeMap<ObjectKey, TimeMs>,
+    /// Evicted pods gone since the last [`SimCluster::take_gone`].
+    gone: Vec<ObjectKey>,
     events: Vec<(TimeMs, Event)>,
     bind_calls: u64,
     /// GPU-milliseconds held by pods, and the part held by pods whose work had started.
@@ -142,6 +144,11 @@ impl SimCluster {
         self.evicted.len()
     }
 
+    /// Evicted pods that are gone since the last call (their placements can be released).
+    pub fn take_gone(&mut self) -> Vec<ObjectKey> {
+        std::mem::take(&mut self.gone)
+    }
+
     /// The pods evicted so far, by key.
     pub fn evicted(&self) -> impl Iterator<Item = &ObjectKey> {
         self.evicted.iter()
@@ -166,9 +173,9 @@ impl SimCluster {
         }
     }
 
-    /// Moves time forward to `t`, finishing every pod whose run time is over. Returns how
-    /// many pods finished.
-    pub fn advance_to(&mut self, t: TimeMs) -> usize {
+    /// Moves time forward to `t`, finishing every pod whose run time is over. Returns the
+    /// pods that finished.
+    pub fn advance_to(&mut self, t: TimeMs) -> Vec<ObjectKey> {
         let elapsed = u128::from(t.saturating_sub(self.now_ms));
         if elapsed > 0 {
             for pod in self.pods.values().filter(|p| p.occupies_node()) {
@@ -190,8 +197,9 @@ impl SimCluster {
         for key in gone {
             self.terminating_until.remove(&key);
             self.pods.remove(&key);
+            self.gone.push(key);
         }
-        let mut finished = 0;
+        let mut finished = Vec::new();
         for (key, start) in &self.work_started_ms {
             let Some(pod) = self.pods.get_mut(key) else {
                 continue;
@@ -202,10 +210,11 @@ impl SimCluster {
                     .is_some_and(|d| start.saturating_add(d) <= now)
             {
                 Arc::make_mut(pod).phase = PodPhase::Succeeded;
-                finished += 1;
+                finished.push(key.clone());
             }
         }
         self.start_complete_gangs();
+        finished.sort();
         finished
     }
 
@@ -328,6 +337,7 @@ impl Cluster for SimCluster {
             }
             _ => {
                 self.pods.remove(pod);
+                self.gone.push(pod.clone());
             }
         }
         Ok(())

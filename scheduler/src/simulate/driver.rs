@@ -1,11 +1,13 @@
-//! Runs scheduling cycles against the simulated cluster: snapshot → cycle → perform the plan
-//! → check invariants → advance simulated time, until nothing changes (quiescent), a fixed
-//! number of cycles has run, or a time horizon is reached.
+//! Runs scheduling cycles against the simulated cluster: snapshot → cycle → commit the plan
+//! to the ledger → bind what the ledger accepted → check invariants → advance simulated time,
+//! until nothing changes (quiescent), a fixed number of cycles has run, or a time horizon is
+//! reached.
 //!
 //! Quiescent means a whole cycle made no bind, no eviction and no PodGroup phase change and
 //! no simulated pod is still due to finish. While pods are running towards their end, idle
 //! cycles are skipped by jumping simulated time to the next pod completion.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
@@ -13,6 +15,7 @@ use crate::cluster::sim::SimCluster;
 use crate::framework::cycle::pending_reason;
 use crate::framework::{CyclePlan, SchedulerConf, run_cycle};
 use crate::invariants::{self, Violation};
+use crate::ledger::{LocalLedger, PlacementLedger, ReleaseReason, Verdict, check_ledger};
 use crate::model::{ObjectKey, TimeMs};
 
 #[derive(Clone, Debug)]
@@ -29,6 +32,10 @@ pub struct DriverOptions {
     pub check_invariants: bool,
     /// I2 is off when gang scheduling is deliberately disabled (the demo's "without gang").
     pub check_gang_atomicity: bool,
+    /// Read the ledger after every cycle and check it against the cluster (a linearizable
+    /// read of the whole ledger with several replicas: off for large generated runs, which
+    /// check once at the end).
+    pub check_ledger_every_cycle: bool,
 }
 
 impl Default for DriverOptions {
@@ -41,6 +48,7 @@ impl Default for DriverOptions {
             horizon_ms: None,
             check_invariants: true,
             check_gang_atomicity: true,
+            check_ledger_every_cycle: true,
         }
     }
 }
@@ -49,9 +57,13 @@ impl Default for DriverOptions {
 pub struct CycleStats {
     pub cycle: u32,
     pub at_ms: TimeMs,
+    /// Time to compute the plan (the pure scheduling cycle).
     pub duration: Duration,
+    /// Time to commit the plan to the ledger.
+    pub commit: Duration,
     pub binds: usize,
     pub evictions: usize,
+    pub refused_gangs: usize,
     pub phase_changes: usize,
     pub finished_pods: usize,
 }
@@ -65,6 +77,11 @@ pub struct RunOutcome {
     pub pending: Vec<(ObjectKey, String)>,
     pub quiescent: bool,
     pub bind_errors: Vec<String>,
+    /// Gangs the ledger refused, with its reason (they stay pending and are retried).
+    pub ledger_refusals: Vec<(u32, String, String)>,
+    /// Ledger errors (unreachable, refused commands); nothing is bound in such a cycle.
+    pub ledger_errors: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 impl RunOutcome {
@@ -73,14 +90,38 @@ impl RunOutcome {
     }
 }
 
+/// Runs with the ledger's state machine in process (one replica).
 pub fn drive(
     sim: &mut SimCluster,
     conf: &SchedulerConf,
     opts: &DriverOptions,
+    on_cycle: impl FnMut(&CycleStats),
+) -> RunOutcome {
+    drive_with(sim, conf, opts, &mut LocalLedger::new(), on_cycle)
+}
+
+pub fn drive_with(
+    sim: &mut SimCluster,
+    conf: &SchedulerConf,
+    opts: &DriverOptions,
+    ledger: &mut dyn PlacementLedger,
     mut on_cycle: impl FnMut(&CycleStats),
 ) -> RunOutcome {
     let mut outcome = RunOutcome::default();
-    let mut finished_pods = 0;
+    {
+        let nodes: Vec<_> = sim.nodes().collect();
+        let occupying: Vec<_> = sim.pods().filter(|p| p.occupies_node()).collect();
+        match ledger.load(&nodes, &occupying) {
+            Ok(w) => outcome.warnings.extend(w),
+            Err(e) => {
+                outcome
+                    .ledger_errors
+                    .push(format!("loading the cluster into the ledger: {e}"));
+                return outcome;
+            }
+        }
+    }
+    let mut finished: Vec<ObjectKey> = Vec::new();
     loop {
         if let Some(n) = opts.exact_cycles {
             if outcome.cycles >= n {
@@ -102,63 +143,73 @@ pub fn drive(
                     .is_some_and(|g| g.status.phase != status.phase)
             })
             .count();
-        perform(sim, &plan, &mut outcome.bind_errors);
-        sim.settle();
         outcome.cycles += 1;
         let cycle = outcome.cycles;
+        let committed = Instant::now();
+        let performed = perform(sim, ledger, &plan, cycle, &mut outcome);
+        let commit = committed.elapsed();
+        sim.settle();
         if opts.check_invariants {
             let mut found = invariants::check_no_double_booking(sim);
             if opts.check_gang_atomicity {
                 found.extend(invariants::check_gang_atomicity(sim));
             }
-            found.extend(invariants::check_no_lost_placement(sim, &plan));
+            found.extend(invariants::check_no_lost_placement(sim, &performed));
+            if opts.check_ledger_every_cycle {
+                found.extend(check_against_ledger(sim, ledger));
+            }
             outcome
                 .violations
                 .extend(found.into_iter().map(|v| (cycle, v)));
         }
-        outcome.pending = session
-            .state
-            .jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(j, job)| {
-                let pending = session.state.pending_tasks(j).count();
-                (pending > 0).then(|| {
-                    let why = pending_reason(&session, j).unwrap_or_else(|| {
-                        "not reached this cycle (queue turns ended first)".to_string()
-                    });
-                    (job.key().clone(), why)
-                })
-            })
-            .collect();
+        outcome.pending = pending_of(&session);
         let stats = CycleStats {
             cycle,
             at_ms: sim.now_ms(),
             duration,
-            binds: plan.bind_count(),
+            commit,
+            binds: performed.bind_count(),
+            refused_gangs: plan.gangs.len() - performed.gangs.len(),
             evictions: plan.evictions.len(),
             phase_changes,
-            finished_pods,
+            finished_pods: finished.len(),
         };
         on_cycle(&stats);
-        let changed =
-            stats.binds > 0 || stats.evictions > 0 || stats.phase_changes > 0 || finished_pods > 0;
+        let changed = stats.binds > 0
+            || stats.phase_changes > 0
+            || !finished.is_empty()
+            || stats.refused_gangs > 0
+            || stats.evictions > 0;
         outcome.stats.push(stats);
 
         let next = sim.now_ms() + opts.period_ms;
         if opts.horizon_ms.is_some_and(|h| next > h) {
             break;
         }
-        if opts.exact_cycles.is_some() || changed {
-            finished_pods = sim.advance_to(next);
+        finished = if opts.exact_cycles.is_some() || changed {
+            sim.advance_to(next)
         } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms) {
             let t = t.max(next);
-            let t = opts.horizon_ms.map_or(t, |h| t.min(h));
-            finished_pods = sim.advance_to(t);
+            sim.advance_to(opts.horizon_ms.map_or(t, |h| t.min(h)))
         } else {
             outcome.quiescent = true;
             break;
+        };
+        if !finished.is_empty()
+            && let Err(e) = ledger.release(&finished, ReleaseReason::Finished)
+        {
+            outcome
+                .ledger_errors
+                .push(format!("cycle {cycle}: releasing finished pods: {e}"));
         }
+        release_gone(sim, ledger, cycle, &mut outcome);
+    }
+    if opts.check_invariants && !opts.check_ledger_every_cycle {
+        let cycle = outcome.cycles;
+        let found = check_against_ledger(sim, ledger);
+        outcome
+            .violations
+            .extend(found.into_iter().map(|v| (cycle, v)));
     }
     outcome
 }
@@ -170,26 +221,178 @@ fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
     }
 }
 
-/// Performs a plan: evictions first, then binds gang by gang, then status writes and events.
-fn perform(sim: &mut SimCluster, plan: &CyclePlan, errors: &mut Vec<String>) {
+fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
+    session
+        .state
+        .jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(j, job)| {
+            let pending = session.state.pending_tasks(j).count();
+            (pending > 0).then(|| {
+                let why = pending_reason(session, j).unwrap_or_else(|| {
+                    "not reached this cycle (queue turns ended first)".to_string()
+                });
+                (job.key().clone(), why)
+            })
+        })
+        .collect()
+}
+
+/// Evictions first (their placements are released in the ledger once the pods are gone),
+/// then commit, then bind: proposes the plan's gangs to the ledger, binds the pods of the
+/// gangs it accepted, records them bound, then writes statuses and events. Returns the part
+/// of the plan that was performed.
+fn perform(
+    sim: &mut SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    plan: &CyclePlan,
+    cycle: u32,
+    outcome: &mut RunOutcome,
+) -> CyclePlan {
+    let mut performed = CyclePlan::default();
     for eviction in &plan.evictions {
         if let Err(e) = sim.evict(&eviction.pod, &eviction.reason) {
-            errors.push(format!("evict {}: {e}", eviction.pod));
+            outcome
+                .bind_errors
+                .push(format!("evict {}: {e}", eviction.pod));
         }
     }
-    for gang in &plan.gangs {
+    release_gone(sim, ledger, cycle, outcome);
+    performed.evictions = plan.evictions.clone();
+    if !plan.gangs.is_empty() {
+        match ledger.commit(&plan.gangs) {
+            Ok(verdicts) => {
+                for (gang, verdict) in plan.gangs.iter().zip(verdicts) {
+                    match verdict {
+                        Verdict::Accepted => performed.gangs.push(gang.clone()),
+                        Verdict::Refused(why) => {
+                            outcome
+                                .ledger_refusals
+                                .push((cycle, gang.gang.to_string(), why))
+                        }
+                    }
+                }
+            }
+            Err(e) => outcome
+                .ledger_errors
+                .push(format!("cycle {cycle}: committing the plan: {e}")),
+        }
+    }
+    let mut bound = Vec::new();
+    let mut failed = Vec::new();
+    for gang in &performed.gangs {
         for p in &gang.placements {
-            if let Err(e) = sim.bind(&p.pod, &p.node) {
-                errors.push(format!("bind {} to {}: {e}", p.pod, p.node));
+            match sim.bind(&p.pod, &p.node) {
+                Ok(()) => bound.push(p.pod.clone()),
+                Err(e) => {
+                    outcome
+                        .bind_errors
+                        .push(format!("bind {} to {}: {e}", p.pod, p.node));
+                    failed.push(p.pod.clone());
+                }
             }
         }
     }
+    if !bound.is_empty()
+        && let Err(e) = ledger.mark_bound(&bound)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: recording binds: {e}"));
+    }
+    // A bind that failed gives its placement back, so the capacity is not lost (I3).
+    if !failed.is_empty()
+        && let Err(e) = ledger.release(&failed, ReleaseReason::BindFailed)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: releasing failed binds: {e}"));
+    }
     for (key, status) in &plan.status_updates {
         if let Err(e) = sim.update_pod_group_status(key, status) {
-            errors.push(format!("status of {key}: {e}"));
+            outcome.bind_errors.push(format!("status of {key}: {e}"));
         }
+        performed.status_updates.push((key.clone(), status.clone()));
     }
     for event in &plan.events {
         let _ = sim.record_event(event);
     }
+    performed
+}
+
+/// Releases the ledger placements of evicted pods that are gone from the cluster (at once,
+/// or after their termination grace period).
+fn release_gone(
+    sim: &mut SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    cycle: u32,
+    outcome: &mut RunOutcome,
+) {
+    let gone = sim.take_gone();
+    if !gone.is_empty()
+        && let Err(e) = ledger.release(&gone, ReleaseReason::Evicted)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: releasing evicted pods: {e}"));
+    }
+}
+
+/// Commit-then-bind, checked against the ledger's state: every pod bound during the run holds
+/// a placement on the same node in the ledger, every placement the ledger holds belongs to a
+/// pod on that node (none lost: I3), and the ledger's own checks (I1 on committed usage, its
+/// usage index, no orphan reservation) hold.
+pub fn check_against_ledger(sim: &SimCluster, ledger: &mut dyn PlacementLedger) -> Vec<Violation> {
+    let state = match ledger.state() {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![Violation {
+                invariant: "ledger readable",
+                detail: e.to_string(),
+            }];
+        }
+    };
+    let mut out: Vec<Violation> = check_ledger(&state)
+        .into_iter()
+        .map(|detail| Violation {
+            invariant: "ledger",
+            detail,
+        })
+        .collect();
+    let mut on_node: BTreeMap<String, &str> = BTreeMap::new();
+    for pod in sim.pods() {
+        if pod.occupies_node()
+            && let Some(node) = &pod.node_name
+        {
+            on_node.insert(pod.key.to_string(), node);
+            if sim.was_bound_here(&pod.key)
+                && state
+                    .placements
+                    .get(&pod.key.to_string())
+                    .map(|p| p.node.as_str())
+                    != Some(node)
+            {
+                out.push(Violation {
+                    invariant: "commit-then-bind",
+                    detail: format!(
+                        "pod {} is bound to {node} without a ledger placement there",
+                        pod.key
+                    ),
+                });
+            }
+        }
+    }
+    for (pod, placement) in &state.placements {
+        if on_node.get(pod).copied() != Some(placement.node.as_str()) {
+            out.push(Violation {
+                invariant: "I3 no lost placement",
+                detail: format!(
+                    "the ledger holds pod {pod} on {} but the cluster does not",
+                    placement.node
+                ),
+            });
+        }
+    }
+    out
 }

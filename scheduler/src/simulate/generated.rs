@@ -9,12 +9,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cluster::sim::SimCluster;
 use crate::framework::SchedulerConf;
-use crate::simulate::driver::{DriverOptions, drive};
+use crate::ledger::start_ledger;
+use crate::simulate::driver::{DriverOptions, drive_with};
 use crate::simulate::synthetic::{SyntheticSpec, generate};
 
 pub fn run(
     spec: &SyntheticSpec,
     conf: &SchedulerConf,
+    replicas: usize,
     show_progress: bool,
 ) -> anyhow::Result<String> {
     let workload = generate(spec);
@@ -34,8 +36,11 @@ pub fn run(
     );
     let driver = DriverOptions {
         scheduler_name: spec.scheduler_name.clone(),
+        // One full ledger read per cycle would dominate a large run; check it at the end.
+        check_ledger_every_cycle: nodes <= 100,
         ..DriverOptions::default()
     };
+    let mut ledger = start_ledger(replicas)?;
     let bar = if show_progress {
         let bar = ProgressBar::new(pods as u64);
         bar.set_style(
@@ -49,7 +54,7 @@ pub fn run(
         ProgressBar::hidden()
     };
     let mut placed_so_far = 0u64;
-    let outcome = drive(&mut sim, conf, &driver, |s| {
+    let outcome = drive_with(&mut sim, conf, &driver, ledger.as_mut(), |s| {
         placed_so_far += s.binds as u64;
         bar.set_position(placed_so_far);
         bar.set_message(s.cycle.to_string());

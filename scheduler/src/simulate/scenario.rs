@@ -8,9 +8,10 @@ use std::fmt::Write as _;
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::framework::{SchedulerConf, run_cycle};
+use crate::ledger::start_ledger;
 use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
-use crate::simulate::driver::{DriverOptions, RunOutcome, drive};
+use crate::simulate::driver::{DriverOptions, RunOutcome, drive_with};
 use crate::simulate::expect::{Unmet, check};
 
 #[derive(Clone, Debug)]
@@ -18,6 +19,9 @@ pub struct ScenarioOptions {
     pub scheduler_name: String,
     pub strict_config: bool,
     pub period_ms: u64,
+    /// Scheduler replicas: 1 applies the ledger's state machine in process; more start the
+    /// replicated ledger on loopback.
+    pub replicas: usize,
 }
 
 impl Default for ScenarioOptions {
@@ -26,6 +30,7 @@ impl Default for ScenarioOptions {
             scheduler_name: crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
             strict_config: false,
             period_ms: 1_000,
+            replicas: 1,
         }
     }
 }
@@ -43,6 +48,7 @@ pub struct ScenarioReport {
     /// The configuration the run used (for `--explain`).
     pub conf: SchedulerConf,
     pub scheduler_name: String,
+    pub replicas: usize,
 }
 
 impl ScenarioReport {
@@ -94,7 +100,13 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
         check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
         ..DriverOptions::default()
     };
-    let outcome = drive(&mut sim, &conf, &driver, |_| {});
+    let outcome = match start_ledger(opts.replicas) {
+        Ok(mut ledger) => drive_with(&mut sim, &conf, &driver, ledger.as_mut(), |_| {}),
+        Err(e) => RunOutcome {
+            ledger_errors: vec![e.to_string()],
+            ..RunOutcome::default()
+        },
+    };
     let mut unmet = expectation
         .as_ref()
         .map(|e| check(e, &sim))
@@ -104,6 +116,13 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
             subject: format!("invariant {} (cycle {cycle})", v.invariant),
             expected: "to hold".into(),
             got: v.detail.clone(),
+        });
+    }
+    for e in &outcome.ledger_errors {
+        unmet.push(Unmet {
+            subject: "ledger".into(),
+            expected: "to accept the scheduler's commands".into(),
+            got: e.clone(),
         });
     }
     if !outcome.quiescent && driver.exact_cycles.is_none() {
@@ -123,6 +142,7 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
         config_source,
         conf,
         scheduler_name: opts.scheduler_name.clone(),
+        replicas: opts.replicas,
     }
 }
 
@@ -141,13 +161,17 @@ pub fn render(report: &ScenarioReport) -> String {
         sim.queues().len(),
         report.config_source
     );
-    for w in &report.warnings {
+    for w in report.warnings.iter().chain(&report.outcome.warnings) {
         let _ = writeln!(out, "warning: {w}");
+    }
+    for (cycle, gang, why) in &report.outcome.ledger_refusals {
+        let _ = writeln!(out, "ledger refused gang {gang} in cycle {cycle}: {why}");
     }
     let _ = writeln!(
         out,
-        "ran {} cycle(s), {} bind(s), simulated time {:.1}s{}",
+        "ran {} cycle(s) with {} replica(s), {} bind(s) committed to the ledger first, simulated time {:.1}s{}",
         report.outcome.cycles,
+        report.replicas,
         report.outcome.total_binds(),
         sim.now_ms() as f64 / 1000.0,
         if report.outcome.quiescent {
@@ -247,7 +271,7 @@ pub fn render(report: &ScenarioReport) -> String {
     if report.outcome.violations.is_empty() {
         let _ = writeln!(
             out,
-            "invariants: I1 no double-booking, I2 gang atomicity, I3 no lost placement held after every cycle (I4 fencing needs the replicated ledger)"
+            "invariants: I1 no double-booking, I2 gang atomicity, I3 no lost placement, commit-then-bind and the ledger's own checks held after every cycle"
         );
     }
     if report.has_expectation || !report.unmet.is_empty() {

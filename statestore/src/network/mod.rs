@@ -7,6 +7,9 @@ pub mod wire;
 
 /// Largest gRPC message sent or accepted (bounds a snapshot chunk or an entries batch).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest serialized proposal (one Raft entry) the ledger service accepts, so that any
+/// single entry fits one AppendEntries message with room to spare.
+pub const MAX_PROPOSAL_BYTES: usize = MAX_MESSAGE_BYTES / 4;
 
 pub use peer::{PeerClient, PeerNetwork};
 pub use server::{LedgerGrpc, RaftGrpc};

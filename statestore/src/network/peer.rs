@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -159,6 +160,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
         let req = wire::append_entries::to_wire(&rpc).map_err(wire_err)?;
+        // Too big for one message: ask openraft to send fewer entries (it splits and
+        // retries). A single entry always fits: proposals are capped at
+        // MAX_PROPOSAL_BYTES.
+        if req.payload.len() > super::MAX_MESSAGE_BYTES / 2 && rpc.entries.len() > 1 {
+            let hint = (rpc.entries.len() / 2).max(1) as u64;
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            ));
+        }
         let reply = self
             .call(
                 &option,

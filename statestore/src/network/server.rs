@@ -14,6 +14,7 @@ use phalanx_proto::raft::raft_service_server::RaftService;
 use phalanx_proto::raft::{RaftReply, RaftRequest};
 use tonic::{Request, Response, Status};
 
+use super::MAX_PROPOSAL_BYTES;
 use super::wire::{self, WireError};
 use crate::raft_types::{MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::LedgerReader;
@@ -134,6 +135,12 @@ impl LedgerService for LedgerGrpc {
     ) -> Result<Response<ProposeReply>, Status> {
         if self.isolated.load(Ordering::Relaxed) {
             return Err(Status::unavailable("replica isolated"));
+        }
+        let size = request.get_ref().batch.len();
+        if size > MAX_PROPOSAL_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "proposal of {size} bytes, limit {MAX_PROPOSAL_BYTES}"
+            )));
         }
         let batch = wire::ledger_batch::from_wire(request.get_ref()).map_err(bad_request)?;
         if batch.commands.len() > MAX_COMMANDS_PER_BATCH {

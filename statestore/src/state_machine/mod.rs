@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -79,6 +79,9 @@ pub struct LedgerStateMachine {
 struct SnapshotStore {
     db: sled::Db,
     dir: PathBuf,
+    /// Serializes saves so "newer wins" is decided atomically (never held across await:
+    /// saves run on a blocking thread).
+    save_lock: Arc<Mutex<()>>,
 }
 
 fn sled_io(e: sled::Error) -> io::Error {
@@ -89,7 +92,11 @@ impl SnapshotStore {
     fn open(dir: &Path) -> io::Result<Self> {
         let dir = dir.join(SLED_DIR_NAME);
         let db = sled::Config::new().path(&dir).open().map_err(sled_io)?;
-        Ok(Self { db, dir })
+        Ok(Self {
+            db,
+            dir,
+            save_lock: Arc::new(Mutex::new(())),
+        })
     }
 
     fn load(&self) -> io::Result<Option<StoredSnapshot>> {
@@ -105,8 +112,21 @@ impl SnapshotStore {
     }
 
     /// Writes meta and data atomically (one sled batch), flushes, then fsyncs sled's data
-    /// file and directory.
-    fn save(&self, snap: &StoredSnapshot) -> io::Result<()> {
+    /// file and directory. A snapshot older than the stored one is not written (a local
+    /// build that started before a newer snapshot was installed must not replace it);
+    /// returns whether it was written.
+    fn save(&self, snap: &StoredSnapshot) -> io::Result<bool> {
+        let _guard = self
+            .save_lock
+            .lock()
+            .map_err(|_| io::Error::other("snapshot save lock poisoned"))?;
+        if let Some(stored) = self.db.get(SNAPSHOT_META_KEY).map_err(sled_io)? {
+            let stored: StoredSnapshot =
+                serde_json::from_slice(&stored).map_err(io::Error::other)?;
+            if stored.meta.last_log_id > snap.meta.last_log_id {
+                return Ok(false);
+            }
+        }
         let meta = serde_json::to_vec(snap).map_err(io::Error::other)?;
         let mut batch = sled::Batch::default();
         batch.insert(SNAPSHOT_META_KEY, meta);
@@ -115,7 +135,7 @@ impl SnapshotStore {
         self.db.flush().map_err(sled_io)?;
         File::open(self.dir.join("db"))?.sync_all()?;
         File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -196,16 +216,18 @@ impl RaftSnapshotBuilder<TypeConfig> for LedgerSnapshotBuilder {
         };
         let store = self.store.clone();
         let to_save = snap.clone();
-        tokio::task::spawn_blocking(move || store.save(&to_save))
+        let saved = tokio::task::spawn_blocking(move || store.save(&to_save))
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
             .map_err(|e| StorageIOError::write_snapshot(Some(snap.meta.signature()), &e))?;
-        let mut s = self
-            .shared
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.current_snapshot = Some(snap.clone());
+        if saved {
+            let mut s = self
+                .shared
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.current_snapshot = Some(snap.clone());
+        }
         Ok(Snapshot {
             meta: snap.meta,
             snapshot: Box::new(Cursor::new(snap.data)),
@@ -274,7 +296,7 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         };
         let store = self.store.clone();
         let to_save = snap.clone();
-        tokio::task::spawn_blocking(move || store.save(&to_save))
+        let _saved = tokio::task::spawn_blocking(move || store.save(&to_save))
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
@@ -296,5 +318,39 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
             meta: snap.meta.clone(),
             snapshot: Box::new(Cursor::new(snap.data.clone())),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, LogId};
+
+    use super::*;
+
+    fn snap(index: u64, ledger: &LedgerState) -> StoredSnapshot {
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+                last_membership: StoredMembership::default(),
+                snapshot_id: format!("1-{index}"),
+            },
+            data: ledger.to_canonical_bytes(),
+        }
+    }
+
+    #[test]
+    fn an_older_snapshot_never_replaces_a_newer_one_and_reopen_restores_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut newer = LedgerState::new();
+        newer.released_total = 42;
+        {
+            let sm = LedgerStateMachine::open(dir.path()).unwrap();
+            assert!(sm.store.save(&snap(10, &newer)).unwrap());
+            assert!(!sm.store.save(&snap(5, &LedgerState::new())).unwrap());
+        }
+        let sm = LedgerStateMachine::open(dir.path()).unwrap();
+        let (applied, released) = sm.reader().read(|s, a| (a, s.released_total));
+        assert_eq!(applied.map(|l| l.index), Some(10));
+        assert_eq!(released, 42);
     }
 }

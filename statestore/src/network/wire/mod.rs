@@ -54,3 +54,73 @@ pub(crate) fn reply<T: Serialize>(v: &T) -> Result<RaftReply, WireError> {
         payload: encode(v)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::raft::{AppendEntriesResponse, VoteRequest};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
+
+    use super::*;
+    use crate::ledger::{LedgerCommand, LedgerResponse, LedgerState, Refusal, ResourceVec};
+    use crate::raft_types::{BatchResponse, LedgerBatch};
+
+    #[test]
+    fn raft_messages_survive_the_wire() {
+        let entry: Entry<crate::raft_types::TypeConfig> = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 7),
+            payload: EntryPayload::Normal(LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 })),
+        };
+        let req = openraft::raft::AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: Some(LogId::new(CommittedLeaderId::new(3, 1), 6)),
+            entries: vec![entry],
+            leader_commit: None,
+        };
+        let back = append_entries::from_wire(&append_entries::to_wire(&req).unwrap()).unwrap();
+        assert_eq!(back.entries.len(), 1);
+        assert_eq!(back.entries[0].log_id.index, 7);
+        let reply: append_entries::Reply = Ok(AppendEntriesResponse::Success);
+        let wire = append_entries::reply_to_wire(&reply).unwrap();
+        assert_eq!(append_entries::reply_from_wire(&wire).unwrap(), reply);
+
+        let v = VoteRequest::new(Vote::new(4, 2), None);
+        assert_eq!(vote::from_wire(&vote::to_wire(&v).unwrap()).unwrap(), v);
+    }
+
+    #[test]
+    fn ledger_batches_responses_and_reads_survive_the_wire() {
+        let batch = LedgerBatch::one(LedgerCommand::UpsertNode {
+            node: "n".into(),
+            allocatable: ResourceVec::from_pairs([("nvidia.com/gpu", 8)]),
+            shard: 2,
+        });
+        assert_eq!(
+            ledger_batch::from_wire(&ledger_batch::to_wire(&batch).unwrap()).unwrap(),
+            batch
+        );
+        let resp = BatchResponse {
+            responses: vec![LedgerResponse::Refused(Refusal::UnknownShard { shard: 4 })],
+        };
+        let (back, index) =
+            ledger_batch::committed_from_wire(&ledger_batch::committed_to_wire(&resp, 11).unwrap())
+                .unwrap();
+        assert_eq!((back, index), (resp, 11));
+        let state = LedgerState::new();
+        let read = ledger_read::from_wire(&ledger_read::to_wire(&state, 5, true).unwrap()).unwrap();
+        assert_eq!(read.state.as_ref(), Some(&state));
+        assert_eq!(read.fingerprint, state.fingerprint());
+        let thin =
+            ledger_read::from_wire(&ledger_read::to_wire(&state, 5, false).unwrap()).unwrap();
+        assert!(thin.state.is_none());
+    }
+
+    #[test]
+    fn an_unknown_encoding_is_refused() {
+        let mut req = ledger_batch::to_wire(&LedgerBatch::default()).unwrap();
+        req.encoding = 99;
+        assert!(matches!(
+            ledger_batch::from_wire(&req),
+            Err(WireError::UnknownEncoding(99))
+        ));
+    }
+}
