@@ -239,13 +239,15 @@ fn make_room(
     );
     // Room that earlier victims are already releasing (they are still terminating) is
     // taken first, without evicting anyone more.
-    let mut statement = Statement::new();
-    if place(session, &mut statement, job, &tasks, None) {
-        record(session, job, &statement, mode);
-        statement.commit(session);
-        return true;
+    if session.state.nodes.iter().any(|n| n.releasing_pods > 0) {
+        let mut statement = Statement::new();
+        if place(session, &mut statement, job, &tasks, None) {
+            record(session, job, &statement, mode);
+            statement.commit(session);
+            return true;
+        }
+        statement.discard(session);
     }
-    statement.discard(session);
     let units = units_cache
         .entry(key)
         .or_insert_with(|| victim_units(session, job, mode))
