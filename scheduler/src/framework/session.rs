@@ -542,8 +542,8 @@ impl SessionState {
                 self.nodes[n].take(&req);
                 self.nodes[n].releasing.add(&req);
                 self.nodes[n].releasing_pods += 1;
+                self.total_used.add(&req);
             }
-            self.total_used.add(&req);
         } else if status.occupies_node() {
             let req = self.tasks[id].pod.requests.clone();
             if let Some(n) = node {
