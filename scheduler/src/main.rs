@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
 use phalanx_scheduler::model::ObjectKey;
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
@@ -60,6 +61,14 @@ struct SimulateArgs {
     jobs: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Generated pods run for a random time in this range, in seconds (e.g. 60-600), so
+    /// gangs finish and others take their place; without it pods run forever.
+    #[arg(long, value_name = "MIN-MAX")]
+    pod_seconds: Option<String>,
+    /// Inject a fault into the replicated ledger at a simulated time (repeatable):
+    /// kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s.
+    #[arg(long = "fault", value_name = "SPEC")]
+    faults: Vec<String>,
     /// Hide the progress bar of generated runs.
     #[arg(long)]
     quiet: bool,
@@ -100,16 +109,47 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         eprintln!("error: --replicas {}: must be 1 to 9", args.replicas);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    let mut faults = Vec::new();
+    for spec in &args.faults {
+        match ScheduledFault::parse(spec) {
+            Ok(f) => faults.push(f),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    if !faults.is_empty() && args.replicas < 2 {
+        eprintln!("error: --fault needs the replicated ledger: add --replicas 3");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     if let Some(path) = &args.scenario {
-        return scenario(path, &args);
+        return scenario(path, &args, faults);
     }
     let result = match args.nodes {
         Some(nodes) if args.queues.is_some() => fairness(nodes, &args),
         Some(nodes) => {
             let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
             spec.scheduler_name = args.scheduler_name.clone();
+            if let Some(range) = &args.pod_seconds {
+                let parsed = range
+                    .split_once('-')
+                    .and_then(|(a, b)| {
+                        Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?))
+                    })
+                    .filter(|(a, b)| a <= b);
+                match parsed {
+                    Some((lo, hi)) => spec.duration_ms = Some((lo * 1000, hi * 1000)),
+                    None => {
+                        eprintln!(
+                            "error: --pod-seconds {range:?}: expected MIN-MAX in seconds, e.g. 60-600"
+                        );
+                        return ExitCode::from(EXIT_BAD_INPUT);
+                    }
+                }
+            }
             let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
-            generated::run(&spec, &conf, args.replicas as usize, !args.quiet)
+            generated::run(&spec, &conf, args.replicas as usize, faults, !args.quiet)
         }
         None => demo::run(),
     };
@@ -125,7 +165,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
     }
 }
 
-fn scenario(path: &PathBuf, args: &SimulateArgs) -> ExitCode {
+fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) -> ExitCode {
     let load = LoadOptions {
         scheduler_name: args.scheduler_name.clone(),
         strict_config: args.strict_config,
@@ -142,6 +182,7 @@ fn scenario(path: &PathBuf, args: &SimulateArgs) -> ExitCode {
         strict_config: args.strict_config,
         period_ms: args.period_ms,
         replicas: args.replicas as usize,
+        faults,
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
     print!("{}", render(&report));

@@ -97,5 +97,8 @@ fn a_generated_run_reports_throughput_and_cycle_times() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("pods/s"), "{stdout}");
     assert!(stdout.contains("cycle time: p50"), "{stdout}");
-    assert!(stdout.contains("invariants I1-I3 held"), "{stdout}");
+    assert!(
+        stdout.contains("invariants I1-I3, commit-then-bind and the ledger's checks held"),
+        "{stdout}"
+    );
 }

@@ -17,6 +17,9 @@ pub fn run(session: &mut Session) {
         if !j.is_pending_phase() || j.admission_released {
             continue;
         }
+        // Whether the gang has its pods yet is not asked, as in Volcano: its job
+        // controller creates a Job's pods only once the PodGroup is Inqueue, so admission
+        // must come first.
         if let Some((code, reason)) = admission_block(session, job) {
             session.state.jobs[job].block(code, reason);
             continue;
@@ -64,5 +67,44 @@ pub fn run(session: &mut Session) {
             let (state, plugins) = (&session.state, &session.plugins);
             queues.push(queue, |a, b| plugins.queue_order(state, a, b));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::{CPU, GPU};
+
+    #[test]
+    fn a_pod_group_whose_pods_do_not_exist_yet_is_admitted() {
+        // A Volcano Job's controller creates the pods after admission: a PodGroup with fewer
+        // pods than minMember (here none) must still go Inqueue.
+        let mut session = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 4)])
+            .group("job", "default", 2)
+            .session(&SchedulerConf::volcano_default());
+        run(&mut session);
+        assert_eq!(session.state.jobs[0].phase, PodGroupPhase::Inqueue);
+    }
+
+    #[test]
+    fn a_pod_group_in_a_missing_queue_stays_pending_with_the_reason() {
+        let mut session = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 4)])
+            .group("job", "nowhere", 1)
+            .pod("job-0", Some("job"), &[(CPU, 1_000)])
+            .session(&SchedulerConf::volcano_default());
+        run(&mut session);
+        let job = &session.state.jobs[0];
+        assert_eq!(job.phase, PodGroupPhase::Pending);
+        assert!(
+            job.blocked_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("nowhere")),
+            "{:?}",
+            job.blocked_reason
+        );
     }
 }

@@ -66,6 +66,11 @@ impl SimCluster {
         sim
     }
 
+    /// A cluster holding a loaded workload's objects.
+    pub fn from_workload(w: crate::manifest::Workload) -> Self {
+        Self::new(w.nodes, w.pods, w.pod_groups, w.queues, w.priority_classes)
+    }
+
     pub fn now_ms(&self) -> TimeMs {
         self.now_ms
     }

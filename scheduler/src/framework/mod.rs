@@ -14,6 +14,8 @@ pub mod plugin;
 pub mod plugin_set;
 pub mod session;
 pub mod statement;
+#[cfg(test)]
+pub mod testing;
 pub mod timeout;
 
 pub use conf::SchedulerConf;

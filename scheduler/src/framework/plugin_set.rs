@@ -256,3 +256,241 @@ impl PluginSet {
             .all(|e| e.plugin.victim_allowed(state, task) != Some(false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::CPU;
+
+    /// A plugin whose every answer is set by the test.
+    #[derive(Debug, Clone)]
+    struct Fake {
+        name: &'static str,
+        /// Job rank for `job_order` (lower first); `None` has no opinion.
+        job_rank: Option<Vec<i32>>,
+        pipelined: Vote,
+        enqueueable: Vote,
+        ready: Option<bool>,
+        starving: Option<bool>,
+        overused: Option<bool>,
+        unfit: Option<&'static str>,
+        score: f64,
+    }
+
+    fn fake(name: &'static str) -> Fake {
+        Fake {
+            name,
+            job_rank: None,
+            pipelined: Vote::Abstain,
+            enqueueable: Vote::Abstain,
+            ready: None,
+            starving: None,
+            overused: None,
+            unfit: None,
+            score: 0.0,
+        }
+    }
+
+    impl Plugin for Fake {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn job_order(&self, _: &SessionState, a: JobId, b: JobId) -> Ordering {
+            self.job_rank
+                .as_ref()
+                .map_or(Ordering::Equal, |r| r[a].cmp(&r[b]))
+        }
+        fn predicate(&self, _: &SessionState, _: TaskId, _: NodeId) -> Result<(), Unfit> {
+            self.unfit.map_or(Ok(()), |u| Err(Unfit::Other(u.into())))
+        }
+        fn node_score(&self, _: &SessionState, _: TaskId, _: NodeId) -> f64 {
+            self.score
+        }
+        fn job_ready(&self, _: &SessionState, _: JobId) -> Option<bool> {
+            self.ready
+        }
+        fn job_pipelined(&self, _: &SessionState, _: JobId) -> Vote {
+            self.pipelined
+        }
+        fn job_starving(&self, _: &SessionState, _: JobId) -> Option<bool> {
+            self.starving
+        }
+        fn job_enqueueable(&self, _: &SessionState, _: JobId) -> Vote {
+            self.enqueueable
+        }
+        fn overused(&self, _: &SessionState, _: QueueId) -> Option<bool> {
+            self.overused
+        }
+    }
+
+    fn tiers(tiers: Vec<Vec<Fake>>) -> PluginSet {
+        PluginSet {
+            tiers: tiers
+                .into_iter()
+                .map(|t| {
+                    t.into_iter()
+                        .map(|p| Entry {
+                            plugin: Box::new(p),
+                            hooks: HookFlags::default(),
+                        })
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    /// Two jobs (`first` created before `second`), one task each, one node.
+    fn state() -> SessionState {
+        Cluster::new()
+            .node("n1", &[(CPU, 4_000)])
+            .group("first", "default", 1)
+            .group("second", "default", 1)
+            .pod("first-0", Some("first"), &[(CPU, 1_000)])
+            .pod("second-0", Some("second"), &[(CPU, 1_000)])
+            .session(&SchedulerConf::from_names(&["allocate"], &[]))
+            .state
+    }
+
+    fn voting(pipelined: Vote) -> Fake {
+        Fake {
+            pipelined,
+            enqueueable: pipelined,
+            ..fake("voter")
+        }
+    }
+
+    #[test]
+    fn a_reject_in_tier_one_wins_over_a_permit_in_tier_two() {
+        let s = state();
+        let set = tiers(vec![vec![voting(Vote::Reject)], vec![voting(Vote::Permit)]]);
+        assert!(!set.job_pipelined(&s, 0));
+        assert!(!set.job_enqueueable(&s, 0));
+    }
+
+    #[test]
+    fn a_permit_in_tier_one_decides_before_a_reject_in_tier_two() {
+        let s = state();
+        let set = tiers(vec![vec![voting(Vote::Permit)], vec![voting(Vote::Reject)]]);
+        assert!(set.job_pipelined(&s, 0));
+        assert!(set.job_enqueueable(&s, 0));
+    }
+
+    #[test]
+    fn inside_one_tier_a_reject_beats_a_permit() {
+        let s = state();
+        let set = tiers(vec![vec![voting(Vote::Permit), voting(Vote::Reject)]]);
+        assert!(!set.job_pipelined(&s, 0));
+    }
+
+    #[test]
+    fn an_abstaining_tier_passes_the_vote_on_and_all_abstaining_accepts() {
+        let s = state();
+        let set = tiers(vec![
+            vec![voting(Vote::Abstain)],
+            vec![voting(Vote::Reject)],
+        ]);
+        assert!(!set.job_enqueueable(&s, 0));
+        let set = tiers(vec![
+            vec![voting(Vote::Abstain)],
+            vec![voting(Vote::Abstain)],
+        ]);
+        assert!(set.job_enqueueable(&s, 0));
+    }
+
+    #[test]
+    fn job_order_falls_through_equal_to_the_next_plugin() {
+        let s = state();
+        let second_first = Fake {
+            job_rank: Some(vec![1, 0]),
+            ..fake("ranker")
+        };
+        let set = tiers(vec![vec![fake("no-opinion")], vec![second_first.clone()]]);
+        assert_eq!(set.job_order(&s, 0, 1), Ordering::Greater);
+        // The first plugin with an opinion decides; later ones are not asked.
+        let first_first = Fake {
+            job_rank: Some(vec![0, 1]),
+            ..fake("ranker")
+        };
+        let set = tiers(vec![vec![first_first], vec![second_first]]);
+        assert_eq!(set.job_order(&s, 0, 1), Ordering::Less);
+    }
+
+    #[test]
+    fn with_no_opinion_anywhere_the_older_job_goes_first() {
+        let s = state();
+        let set = tiers(vec![vec![fake("a")], vec![fake("b")]]);
+        assert_eq!(set.job_order(&s, 0, 1), Ordering::Less);
+        assert_eq!(set.job_order(&s, 1, 0), Ordering::Greater);
+    }
+
+    #[test]
+    fn a_plugin_whose_hook_is_disabled_has_no_say() {
+        let s = state();
+        let mut set = tiers(vec![vec![Fake {
+            job_rank: Some(vec![1, 0]),
+            ..fake("ranker")
+        }]]);
+        set.tiers[0][0].hooks.job_order = Some(false);
+        assert_eq!(set.job_order(&s, 0, 1), Ordering::Less);
+    }
+
+    #[test]
+    fn every_predicate_must_pass_and_node_scores_add_up() {
+        let s = state();
+        let scored = |score| Fake {
+            score,
+            ..fake("scorer")
+        };
+        let set = tiers(vec![vec![scored(10.0)], vec![scored(2.5)]]);
+        assert_eq!(set.node_score(&s, 0, 0), 12.5);
+        assert!(set.predicate(&s, 0, 0).is_ok());
+        let refusing = Fake {
+            unfit: Some("no"),
+            ..fake("refuser")
+        };
+        let set = tiers(vec![vec![scored(1.0)], vec![refusing]]);
+        assert_eq!(set.predicate(&s, 0, 0), Err(Unfit::Other("no".into())));
+    }
+
+    #[test]
+    fn job_ready_needs_every_plugin_and_overused_needs_any() {
+        let s = state();
+        let answer = |ready, overused| Fake {
+            ready,
+            overused,
+            ..fake("p")
+        };
+        let set = tiers(vec![
+            vec![answer(Some(true), Some(false))],
+            vec![answer(None, None)],
+        ]);
+        assert!(set.job_ready(&s, 0));
+        assert!(!set.overused(&s, 0));
+        let set = tiers(vec![
+            vec![answer(Some(true), None)],
+            vec![answer(Some(false), Some(true))],
+        ]);
+        assert!(!set.job_ready(&s, 0));
+        assert!(set.overused(&s, 0));
+    }
+
+    #[test]
+    fn job_starving_is_decided_by_the_first_tier_with_an_opinion() {
+        let s = state();
+        let starving = |v| Fake {
+            starving: v,
+            ..fake("p")
+        };
+        let set = tiers(vec![vec![starving(None)], vec![starving(Some(true))]]);
+        assert!(set.job_starving(&s, 0));
+        let set = tiers(vec![
+            vec![starving(Some(true))],
+            vec![starving(Some(false))],
+        ]);
+        assert!(set.job_starving(&s, 0));
+        let set = tiers(vec![vec![starving(Some(true)), starving(Some(false))]]);
+        assert!(!set.job_starving(&s, 0));
+        assert!(!tiers(vec![]).job_starving(&s, 0));
+    }
+}

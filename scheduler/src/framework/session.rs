@@ -254,8 +254,14 @@ pub struct SessionState {
     pub queue_index: HashMap<String, QueueId>,
     /// Sum of allocatable over schedulable nodes.
     pub total_allocatable: Resources,
-    /// Sum of requests of every pod that occupies a node.
+    /// Sum of requests of every pod that occupies one of the snapshot's nodes.
     pub total_used: Resources,
+    /// Per resource, what pods hold beyond their nodes' allocatable, summed over nodes (a
+    /// node's allocatable can shrink under running pods, e.g. when GPUs turn unhealthy).
+    /// Only the snapshot can bring this about, as no allocation goes beyond a node's idle
+    /// amount, so it stays the same for the whole session. `total_allocatable - total_used
+    /// + over_committed` is what is really free.
+    pub over_committed: Resources,
     /// Priority of each PriorityClass by name, and the global default's value.
     pub priority_classes: HashMap<String, i32>,
     pub default_priority: i32,
@@ -389,6 +395,7 @@ impl SessionState {
             queue_index,
             total_allocatable,
             total_used: Resources::new(),
+            over_committed: Resources::new(),
             priority_classes,
             default_priority,
             never_preempt_classes,
@@ -407,6 +414,11 @@ impl SessionState {
         pods.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for pod in pods {
             state.add_task(pod, scheduler_name, &mut job_index);
+        }
+        for n in &state.nodes {
+            let mut beyond = Resources::new();
+            beyond.sub_clamped(&n.idle);
+            state.over_committed.add(&beyond);
         }
         state
     }
@@ -546,10 +558,12 @@ impl SessionState {
             }
         } else if status.occupies_node() {
             let req = self.tasks[id].pod.requests.clone();
+            // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
+            // nothing that this cycle could place on; its job and queue still count it.
             if let Some(n) = node {
                 self.nodes[n].take(&req);
+                self.total_used.add(&req);
             }
-            self.total_used.add(&req);
             if let Some(j) = self.tasks[id].job {
                 self.jobs[j].allocated.add(&req);
                 if let Some(q) = self.jobs[j].queue {
@@ -794,4 +808,26 @@ fn placement_key(pod: &Pod) -> u64 {
     pod.required_node_terms.hash(&mut h);
     pod.preferred_node_terms.hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::{CPU, GPU};
+
+    #[test]
+    fn a_pod_on_a_node_missing_from_the_snapshot_holds_nothing_on_the_nodes_there() {
+        let state = Cluster::new()
+            .node("gpu-1", &[(CPU, 32_000), (GPU, 4)])
+            .group("g", "default", 1)
+            .running_pod("ghost", Some("g"), "gpu-deleted", &[(CPU, 4_000), (GPU, 4)])
+            .session(&SchedulerConf::volcano_default())
+            .state;
+        assert!(state.total_used.is_zero());
+        assert_eq!(state.nodes[0].idle.get(GPU), 4);
+        // Its job and queue still count what it holds.
+        assert_eq!(state.jobs[0].allocated.get(GPU), 4);
+        assert_eq!(state.queues[0].allocated.get(GPU), 4);
+    }
 }

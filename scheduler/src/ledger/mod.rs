@@ -12,15 +12,19 @@
 //! - [`RaftLedger`]: N replicas of the real replicated ledger (openraft, fsynced log, sled
 //!   state, tonic on loopback) started in this process, proposed to through the typed client.
 
+mod fault;
 mod local;
 mod raft;
 
+pub use fault::{LedgerFault, ScheduledFault};
 pub use local::LocalLedger;
 pub use raft::RaftLedger;
 
 use phalanx_statestore::ledger::checks::Violation as LedgerViolation;
+use phalanx_statestore::ledger::command::{MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};
 use phalanx_statestore::{
-    GangPlacement as LedgerGang, LedgerCommand, LedgerState, PodPlacement, ResourceVec,
+    GangDecision, GangPlacement as LedgerGang, LedgerCommand, LedgerResponse, LedgerState,
+    PodPlacement, ResourceVec,
 };
 use thiserror::Error;
 
@@ -51,10 +55,11 @@ pub enum Verdict {
     Refused(String),
 }
 
-/// The operations commit-then-bind needs.
+/// The operations commit-then-bind needs. Implemented for every [`LedgerBackend`].
 pub trait PlacementLedger {
     /// Registers the cluster's nodes and the pods that already hold nodes (placed by anyone),
-    /// so the ledger's capacity view starts equal to the cluster's.
+    /// so the ledger's capacity view starts equal to the cluster's. Returns warnings for
+    /// running pods the ledger refused (an over-committed input).
     fn load(&mut self, nodes: &[&Node], occupying: &[&Pod]) -> Result<Vec<String>, LedgerError>;
     /// Proposes gangs; one verdict per gang, in order.
     fn commit(&mut self, gangs: &[GangPlacement]) -> Result<Vec<Verdict>, LedgerError>;
@@ -66,6 +71,127 @@ pub trait PlacementLedger {
     fn state(&mut self) -> Result<LedgerState, LedgerError>;
     /// How many replicas hold the ledger.
     fn replicas(&self) -> usize;
+    /// Injects a fault (replicated ledger only); returns what was done.
+    fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError>;
+}
+
+/// What a ledger implementation provides: proposing commands (in order, as few entries as
+/// its limits allow) and reading its state. Everything else is built on these, once.
+pub trait LedgerBackend {
+    /// Proposes the commands in order; a command refused as a whole is an error.
+    fn propose_all(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError>;
+    fn read_state(&mut self) -> Result<LedgerState, LedgerError>;
+    fn replica_count(&self) -> usize;
+    fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
+        Err(LedgerError::Refused(format!(
+            "fault {fault} needs the replicated ledger (--replicas 2 or more)"
+        )))
+    }
+}
+
+impl<T: LedgerBackend> PlacementLedger for T {
+    fn load(&mut self, nodes: &[&Node], occupying: &[&Pod]) -> Result<Vec<String>, LedgerError> {
+        let (commands, gangs) = load_commands(nodes, occupying);
+        self.propose_all(commands)?;
+        let outcomes = verdicts(self.propose_all(place_gangs(&gangs))?)?;
+        let mut warnings = Vec::new();
+        let mut bound = Vec::new();
+        for (g, v) in gangs.iter().zip(outcomes) {
+            match v {
+                Verdict::Accepted => bound.push(g.gang.clone()),
+                Verdict::Refused(r) => {
+                    warnings.push(format!("pod {} already running: {r}", g.gang))
+                }
+            }
+        }
+        self.propose_all(pod_commands(&bound, |pods| LedgerCommand::MarkBound {
+            shard: SINGLE_SHARD,
+            epoch: FIRST_EPOCH,
+            pods,
+        }))?;
+        Ok(warnings)
+    }
+
+    fn commit(&mut self, gangs: &[GangPlacement]) -> Result<Vec<Verdict>, LedgerError> {
+        let gangs: Vec<LedgerGang> = gangs.iter().map(to_ledger_gang).collect();
+        verdicts(self.propose_all(place_gangs(&gangs))?)
+    }
+
+    fn mark_bound(&mut self, pods: &[ObjectKey]) -> Result<(), LedgerError> {
+        let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
+        self.propose_all(pod_commands(&keys, |pods| LedgerCommand::MarkBound {
+            shard: SINGLE_SHARD,
+            epoch: FIRST_EPOCH,
+            pods,
+        }))
+        .map(|_| ())
+    }
+
+    fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) -> Result<(), LedgerError> {
+        let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
+        self.propose_all(pod_commands(&keys, |pods| LedgerCommand::Release {
+            shard: SINGLE_SHARD,
+            epoch: FIRST_EPOCH,
+            pods,
+            reason,
+        }))
+        .map(|_| ())
+    }
+
+    fn state(&mut self) -> Result<LedgerState, LedgerError> {
+        self.read_state()
+    }
+
+    fn replicas(&self) -> usize {
+        self.replica_count()
+    }
+
+    fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
+        self.inject_fault(fault)
+    }
+}
+
+/// `PlaceGangs` commands for `gangs`, within the per-command limit.
+fn place_gangs(gangs: &[LedgerGang]) -> Vec<LedgerCommand> {
+    chunks(gangs, MAX_GANGS_PER_COMMAND)
+        .into_iter()
+        .map(|gangs| LedgerCommand::PlaceGangs {
+            shard: SINGLE_SHARD,
+            epoch: FIRST_EPOCH,
+            gangs,
+        })
+        .collect()
+}
+
+/// Commands naming pods, within the per-command limit.
+fn pod_commands(
+    pods: &[String],
+    make: impl Fn(Vec<String>) -> LedgerCommand,
+) -> Vec<LedgerCommand> {
+    chunks(pods, MAX_PODS_PER_COMMAND)
+        .into_iter()
+        .map(make)
+        .collect()
+}
+
+/// One verdict per gang from `PlaceGangs` responses.
+fn verdicts(responses: Vec<LedgerResponse>) -> Result<Vec<Verdict>, LedgerError> {
+    let mut out = Vec::new();
+    for r in responses {
+        match r {
+            LedgerResponse::Gangs(outcomes) => {
+                out.extend(outcomes.into_iter().map(|o| match o.decision {
+                    GangDecision::Accepted => Verdict::Accepted,
+                    GangDecision::Refused(r) => Verdict::Refused(r.to_string()),
+                }))
+            }
+            other => return Err(LedgerError::Refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+    Ok(out)
 }
 
 pub(crate) fn resource_vec(r: &Resources) -> ResourceVec {

@@ -3,18 +3,12 @@
 //! scheduler talks to them only through the typed `LedgerClient`, as a remote scheduler
 //! would, so every proposal goes through the leader and a quorum.
 
-use phalanx_statestore::ledger::command::{MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};
 use phalanx_statestore::{
-    GangDecision, LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState,
-    LocalCluster, MAX_COMMANDS_PER_BATCH, start_local_cluster,
+    LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState, LocalCluster,
+    MAX_COMMANDS_PER_BATCH, start_local_cluster,
 };
 
-use super::{
-    FIRST_EPOCH, LedgerError, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict, chunks,
-    load_commands, to_ledger_gang,
-};
-use crate::framework::GangPlacement;
-use crate::model::{Node, ObjectKey, Pod};
+use super::{LedgerBackend, LedgerError, LedgerFault, chunks};
 
 #[derive(Debug)]
 pub struct RaftLedger {
@@ -22,6 +16,8 @@ pub struct RaftLedger {
     cluster: Option<LocalCluster>,
     client: LedgerClient,
     replicas: usize,
+    /// Replicas stopped by faults, most recent last.
+    stopped: Vec<u64>,
     // Dropped last: the replicas' data lives here.
     _dir: tempfile::TempDir,
 }
@@ -47,6 +43,7 @@ impl RaftLedger {
             cluster: Some(cluster),
             client,
             replicas,
+            stopped: Vec::new(),
             _dir: dir,
         })
     }
@@ -82,97 +79,15 @@ impl Drop for RaftLedger {
     }
 }
 
-fn verdicts(responses: Vec<LedgerResponse>) -> Result<Vec<Verdict>, LedgerError> {
-    let mut out = Vec::new();
-    for r in responses {
-        match r {
-            LedgerResponse::Gangs(outcomes) => {
-                out.extend(outcomes.into_iter().map(|o| match o.decision {
-                    GangDecision::Accepted => Verdict::Accepted,
-                    GangDecision::Refused(r) => Verdict::Refused(r.to_string()),
-                }))
-            }
-            other => return Err(LedgerError::Refused(format!("unexpected answer {other:?}"))),
-        }
-    }
-    Ok(out)
-}
-
-impl PlacementLedger for RaftLedger {
-    fn load(&mut self, nodes: &[&Node], occupying: &[&Pod]) -> Result<Vec<String>, LedgerError> {
-        let (commands, gangs) = load_commands(nodes, occupying);
-        self.propose_all(commands)?;
-        let place: Vec<LedgerCommand> = chunks(&gangs, MAX_GANGS_PER_COMMAND)
-            .into_iter()
-            .map(|chunk| LedgerCommand::PlaceGangs {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
-                gangs: chunk,
-            })
-            .collect();
-        let outcomes = verdicts(self.propose_all(place)?)?;
-        let mut warnings = Vec::new();
-        let mut bound = Vec::new();
-        for (g, v) in gangs.iter().zip(outcomes) {
-            match v {
-                Verdict::Accepted => bound.push(g.gang.clone()),
-                Verdict::Refused(r) => {
-                    warnings.push(format!("pod {} already running: {r}", g.gang))
-                }
-            }
-        }
-        let mark: Vec<LedgerCommand> = chunks(&bound, MAX_PODS_PER_COMMAND)
-            .into_iter()
-            .map(|pods| LedgerCommand::MarkBound {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
-                pods,
-            })
-            .collect();
-        self.propose_all(mark)?;
-        Ok(warnings)
+impl LedgerBackend for RaftLedger {
+    fn propose_all(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        RaftLedger::propose_all(self, commands)
     }
 
-    fn commit(&mut self, gangs: &[GangPlacement]) -> Result<Vec<Verdict>, LedgerError> {
-        let commands = chunks(gangs, MAX_GANGS_PER_COMMAND)
-            .into_iter()
-            .map(|chunk| LedgerCommand::PlaceGangs {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
-                gangs: chunk.iter().map(to_ledger_gang).collect(),
-            })
-            .collect();
-        verdicts(self.propose_all(commands)?)
-    }
-
-    fn mark_bound(&mut self, pods: &[ObjectKey]) -> Result<(), LedgerError> {
-        let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
-        let commands = chunks(&keys, MAX_PODS_PER_COMMAND)
-            .into_iter()
-            .map(|pods| LedgerCommand::MarkBound {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
-                pods,
-            })
-            .collect();
-        self.propose_all(commands).map(|_| ())
-    }
-
-    fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) -> Result<(), LedgerError> {
-        let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
-        let commands = chunks(&keys, MAX_PODS_PER_COMMAND)
-            .into_iter()
-            .map(|pods| LedgerCommand::Release {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
-                pods,
-                reason,
-            })
-            .collect();
-        self.propose_all(commands).map(|_| ())
-    }
-
-    fn state(&mut self) -> Result<LedgerState, LedgerError> {
+    fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
         let read = self
             .runtime
             .block_on(self.client.read())
@@ -182,7 +97,49 @@ impl PlacementLedger for RaftLedger {
         })
     }
 
-    fn replicas(&self) -> usize {
+    fn replica_count(&self) -> usize {
         self.replicas
+    }
+
+    fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
+        let cluster = self
+            .cluster
+            .as_mut()
+            .ok_or_else(|| LedgerError::Unavailable("the ledger is shut down".into()))?;
+        let failed =
+            |e: phalanx_statestore::ReplicaError| LedgerError::Unavailable(format!("{fault}: {e}"));
+        match fault {
+            LedgerFault::KillLeader | LedgerFault::Kill(_) => {
+                let id = match fault {
+                    LedgerFault::Kill(id) => *id,
+                    _ => self
+                        .runtime
+                        .block_on(cluster.wait_for_leader(std::time::Duration::from_secs(10)))
+                        .map_err(failed)?,
+                };
+                self.runtime.block_on(cluster.kill(id)).map_err(failed)?;
+                self.stopped.push(id);
+                Ok(format!("stopped replica {id}"))
+            }
+            LedgerFault::Restart(which) => {
+                let id = match which {
+                    Some(id) => *id,
+                    None => *self.stopped.last().ok_or_else(|| {
+                        LedgerError::Refused("restart:last: no replica was stopped".into())
+                    })?,
+                };
+                self.runtime.block_on(cluster.restart(id)).map_err(failed)?;
+                self.stopped.retain(|s| *s != id);
+                Ok(format!("restarted replica {id}"))
+            }
+            LedgerFault::Isolate(id) => {
+                cluster.isolate(*id, true).map_err(failed)?;
+                Ok(format!("isolated replica {id}"))
+            }
+            LedgerFault::Heal(id) => {
+                cluster.isolate(*id, false).map_err(failed)?;
+                Ok(format!("reconnected replica {id}"))
+            }
+        }
     }
 }

@@ -206,6 +206,21 @@ fn text_at(text: &str, line: usize, column: usize) -> Option<String> {
     let source_line = text.lines().nth(line.checked_sub(1)?)?;
     let rest: String = source_line.chars().skip(column.saturating_sub(1)).collect();
     let rest = rest.trim();
+    // One scalar, not the rest of the line: a quoted scalar ends at its quote, a plain one
+    // at a flow indicator or a comment (`{minMember: lots}` quotes `lots`).
+    let rest = match rest.chars().next() {
+        None => return None,
+        Some(q @ ('"' | '\'')) => rest[1..].split(q).next().unwrap_or(""),
+        Some('{' | '[') => rest,
+        Some(_) => rest
+            .split([',', '}', ']'])
+            .next()
+            .unwrap_or(rest)
+            .split(" #")
+            .next()
+            .unwrap_or(rest)
+            .trim_end(),
+    };
     if rest.is_empty() {
         return None;
     }

@@ -194,10 +194,14 @@ impl<'o> Loader<'o> {
         object: String,
     ) -> Result<(), ManifestError> {
         if let Some(first) = self.origins.get(&(kind, key.clone())) {
-            let problem = Problem::Invalid(format!(
-                "{kind} {key} is declared twice; the first is in {}",
-                first.at
-            ));
+            // Singletons (the Expectation, the scheduler configuration) are claimed
+            // without a name.
+            let what = if key.is_empty() {
+                format!("{kind} is declared twice (a scenario holds only one);")
+            } else {
+                format!("{kind} {key} is declared twice;")
+            };
+            let problem = Problem::Invalid(format!("{what} the first is in {}", first.at));
             return Err(ManifestError::new(
                 ctx.doc.at.clone(),
                 Some(object),

@@ -709,3 +709,19 @@ proptest::proptest! {
         let _ = load(&lines.join("\n"));
     }
 }
+
+#[test]
+fn a_second_expectation_is_refused_with_a_readable_message() {
+    let exp = "apiVersion: phalanx.dev/v1alpha1\nkind: Expectation\nspec: {boundCount: 0}\n";
+    let err = load_err(&format!("{exp}---\n{exp}"));
+    assert_mentions(
+        &err,
+        &[
+            "document 1",
+            "Expectation is declared twice",
+            "only one",
+            "document 0",
+        ],
+    );
+    assert!(!err.to_string().contains("  "), "{err}");
+}

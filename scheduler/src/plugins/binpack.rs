@@ -69,3 +69,84 @@ impl Plugin for BinpackPlugin {
         score / weights * 100.0 * self.weight
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::GPU;
+
+    const GI: i64 = 1 << 30;
+
+    fn args(pairs: &[(&str, &str)]) -> Arguments {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Node `n1` (8 CPUs, 16Gi, 8 GPUs) running 4 CPUs and 6 GPUs; pending task `t` asks
+    /// for `request`.
+    fn state(request: &[(&str, i64)]) -> SessionState {
+        Cluster::new()
+            .node("n1", &[(CPU, 8_000), (MEMORY, 16 * GI), (GPU, 8)])
+            .running_pod("busy", None, "n1", &[(CPU, 4_000), (GPU, 6)])
+            .pod("t", None, request)
+            .session(&SchedulerConf::from_names(&["allocate"], &[&["binpack"]]))
+            .state
+    }
+
+    fn task(state: &SessionState) -> TaskId {
+        state
+            .tasks
+            .iter()
+            .position(|t| t.pod.key.name == "t")
+            .expect("task t exists")
+    }
+
+    #[test]
+    fn score_averages_the_filled_fraction_of_each_requested_resource() {
+        // cpu (4+1)/8 = 0.625, gpu (6+1)/8 = 0.875; memory is not requested and not counted.
+        let s = state(&[(CPU, 1_000), (GPU, 1)]);
+        let plugin = BinpackPlugin::new(&args(&[("binpack.resources", "nvidia.com/gpu")]));
+        let score = plugin.node_score(&s, task(&s), 0);
+        assert!((score - 75.0).abs() < 1e-9, "{score}");
+    }
+
+    #[test]
+    fn resource_and_plugin_weights_scale_the_score() {
+        // (1 × 0.625 + 2 × 0.875) / 3 × 100 × 10
+        let s = state(&[(CPU, 1_000), (GPU, 1)]);
+        let plugin = BinpackPlugin::new(&args(&[
+            ("binpack.weight", "10"),
+            ("binpack.resources", "nvidia.com/gpu"),
+            ("binpack.resources.nvidia.com/gpu", "2"),
+        ]));
+        let score = plugin.node_score(&s, task(&s), 0);
+        assert!((score - 2375.0 / 3.0).abs() < 1e-9, "{score}");
+    }
+
+    #[test]
+    fn an_extended_resource_not_listed_in_binpack_resources_is_not_scored() {
+        // Only cpu counts: 5/8.
+        let s = state(&[(CPU, 1_000), (GPU, 1)]);
+        let plugin = BinpackPlugin::new(&Arguments::new());
+        let score = plugin.node_score(&s, task(&s), 0);
+        assert!((score - 62.5).abs() < 1e-9, "{score}");
+    }
+
+    #[test]
+    fn a_node_the_task_would_overfill_scores_zero() {
+        let s = state(&[(CPU, 1_000), (GPU, 3)]);
+        let plugin = BinpackPlugin::new(&args(&[("binpack.resources", "nvidia.com/gpu")]));
+        assert_eq!(plugin.node_score(&s, task(&s), 0), 0.0);
+    }
+
+    #[test]
+    fn weight_zero_turns_the_plugin_off() {
+        let s = state(&[(CPU, 1_000), (GPU, 1)]);
+        let plugin = BinpackPlugin::new(&args(&[("binpack.weight", "0")]));
+        assert_eq!(plugin.node_score(&s, task(&s), 0), 0.0);
+    }
+}

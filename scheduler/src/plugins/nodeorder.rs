@@ -94,3 +94,136 @@ impl Plugin for NodeOrderPlugin {
         score
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::{Node, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm};
+    use crate::model::{ObjectKey, Pod, Taint};
+
+    const GI: i64 = 1 << 30;
+
+    fn args(pairs: &[(&str, &str)]) -> Arguments {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Only the named function counts (every weight 0 but `name`'s, which is 1).
+    fn only(name: &str) -> NodeOrderPlugin {
+        let mut a = args(&[
+            ("leastrequested.weight", "0"),
+            ("mostrequested.weight", "0"),
+            ("balancedresource.weight", "0"),
+            ("nodeaffinity.weight", "0"),
+            ("tainttoleration.weight", "0"),
+        ]);
+        a.insert(format!("{name}.weight"), "1".to_string());
+        NodeOrderPlugin::new(&a)
+    }
+
+    /// Node `n1` (4 CPUs, 8Gi) running 1 CPU and 2Gi, with `node` adjustments; task `t`.
+    fn state(node: impl FnOnce(&mut Node), task: Pod) -> SessionState {
+        let mut n = Node::new(
+            "n1",
+            crate::framework::testing::res(&[(CPU, 4_000), (MEMORY, 8 * GI)]),
+        );
+        node(&mut n);
+        Cluster::new()
+            .node_with(n)
+            .running_pod("busy", None, "n1", &[(CPU, 1_000), (MEMORY, 2 * GI)])
+            .pod_with(task)
+            .session(&SchedulerConf::from_names(&["allocate"], &[&["nodeorder"]]))
+            .state
+    }
+
+    fn pod(cpu_milli: i64, memory: i64) -> Pod {
+        Pod::new(
+            ObjectKey::new("default", "t"),
+            crate::framework::testing::res(&[(CPU, cpu_milli), (MEMORY, memory)]),
+        )
+    }
+
+    fn score(plugin: &NodeOrderPlugin, state: &SessionState) -> f64 {
+        let t = state
+            .tasks
+            .iter()
+            .position(|t| t.pod.key.name == "t")
+            .expect("task t exists");
+        plugin.node_score(state, t, 0)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn leastrequested_scores_the_free_fraction_after_placing_the_task() {
+        // cpu (1+1)/4 = 0.5 used, memory (2+2)/8 = 0.5 used: (0.5 + 0.5) / 2 × 100.
+        let s = state(|_| {}, pod(1_000, 2 * GI));
+        assert!(close(score(&only("leastrequested"), &s), 50.0));
+        // cpu (1+1)/4 = 0.5, memory (2+0)/8 = 0.25: free (0.5 + 0.75) / 2 × 100.
+        let s = state(|_| {}, pod(1_000, 0));
+        assert!(close(score(&only("leastrequested"), &s), 62.5));
+    }
+
+    #[test]
+    fn mostrequested_scores_the_used_fraction_after_placing_the_task() {
+        let s = state(|_| {}, pod(1_000, 0));
+        assert!(close(score(&only("mostrequested"), &s), 37.5));
+    }
+
+    #[test]
+    fn balancedresource_loses_half_the_gap_between_cpu_and_memory_fractions() {
+        // cpu 0.75, memory 0.25: standard deviation 0.25 → (1 - 0.25) × 100.
+        let s = state(|_| {}, pod(2_000, 0));
+        assert!(close(score(&only("balancedresource"), &s), 75.0));
+        let s = state(|_| {}, pod(1_000, 2 * GI));
+        assert!(close(score(&only("balancedresource"), &s), 100.0));
+    }
+
+    #[test]
+    fn default_weights_add_leastrequested_balanced_and_taint_scores() {
+        // 50 (least) + 100 (balanced) + 100 (no taints); no preferred affinity: 0.
+        let s = state(|_| {}, pod(1_000, 2 * GI));
+        let plugin = NodeOrderPlugin::new(&Arguments::new());
+        assert!(close(score(&plugin, &s), 250.0));
+    }
+
+    #[test]
+    fn each_untolerated_prefer_no_schedule_taint_lowers_the_taint_score() {
+        let taint = |key: &str| Taint {
+            key: key.into(),
+            value: String::new(),
+            effect: TaintEffect::PreferNoSchedule,
+        };
+        let s = state(|n| n.taints = vec![taint("a")], pod(1_000, 0));
+        assert!(close(score(&only("tainttoleration"), &s), 50.0));
+        let s = state(|n| n.taints = vec![taint("a"), taint("b")], pod(1_000, 0));
+        assert!(close(score(&only("tainttoleration"), &s), 100.0 / 3.0));
+    }
+
+    #[test]
+    fn preferred_affinity_scores_the_matched_share_of_the_weights() {
+        let term = |value: &str| NodeSelectorTerm {
+            match_expressions: vec![NodeSelectorRequirement {
+                key: "zone".into(),
+                operator: NodeSelectorOperator::In,
+                values: vec![value.into()],
+            }],
+            match_fields: vec![],
+        };
+        let mut p = pod(1_000, 0);
+        p.preferred_node_terms = vec![(30, term("a")), (70, term("b"))];
+        let s = state(
+            |n| {
+                n.labels.insert("zone".into(), "a".into());
+            },
+            p,
+        );
+        assert!(close(score(&only("nodeaffinity"), &s), 30.0));
+    }
+}

@@ -52,6 +52,34 @@ impl ProportionPlugin {
     }
 }
 
+/// Whole-count resources (GPUs) are water-filled in millionths of a unit, as Volcano's float
+/// arithmetic does: splitting 8 GPUs 1:3 over rounds must give 2 and 6, not lose a GPU to
+/// rounding in every round. The result is floored back to whole units, reading amounts
+/// within [`FINE_TOLERANCE`] of the next unit as that unit (Volcano's `LessEqual` tolerance).
+const FINE: i64 = 1_000_000;
+const FINE_TOLERANCE: i64 = 1_000;
+
+fn is_whole_count(name: &crate::model::ResourceName) -> bool {
+    name.unit() == crate::model::QuantityUnit::WholeCount
+}
+
+/// Whole-count entries in millionths; limits keep their listed zeros.
+fn to_fine(r: &Resources) -> Resources {
+    let mut out = r.clone();
+    for (name, v) in r.iter().filter(|(n, _)| is_whole_count(n)) {
+        out.set_listed(name, v.saturating_mul(FINE));
+    }
+    out
+}
+
+fn from_fine(r: &Resources) -> Resources {
+    let mut out = r.clone();
+    for (name, v) in r.iter().filter(|(n, _)| is_whole_count(n)) {
+        out.set(name, v.saturating_add(FINE_TOLERANCE).div_euclid(FINE));
+    }
+    out
+}
+
 /// Water-fills `total` over the queues. Exposed for tests and for `explain`.
 pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
     let total = &state.total_allocatable;
@@ -95,14 +123,28 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
         })
         .collect();
 
-    let mut remaining = total.clone();
-    let mut met = vec![false; shares.len()];
+    // Water-filling works in fine units; `deserved` is converted back at the end.
+    let capability: Vec<Resources> = shares.iter().map(|s| to_fine(&s.real_capability)).collect();
+    let request: Vec<Resources> = shares.iter().map(|s| to_fine(&s.request)).collect();
+    let guarantee: Vec<Resources> = state
+        .queues
+        .iter()
+        .map(|q| to_fine(&q.queue.guarantee))
+        .collect();
+    let mut remaining = to_fine(total);
+    // As in Volcano, whose proportion plugin knows only the queues that have jobs, a queue
+    // without jobs takes no part: it deserves nothing, not even its guarantee (the others'
+    // real capability already leaves that guarantee out).
+    let mut met: Vec<bool> = state.queues.iter().map(|q| q.jobs.is_empty()).collect();
     for (qid, q) in state.queues.iter().enumerate() {
+        if met[qid] {
+            continue;
+        }
         if let Some(fixed) = &q.queue.deserved {
             let s = &mut shares[qid];
-            s.deserved = fixed
-                .capped_by_limit(&s.real_capability)
-                .max_amounts(&q.queue.guarantee);
+            s.deserved = to_fine(fixed)
+                .capped_by_limit(&capability[qid])
+                .max_amounts(&guarantee[qid]);
             remaining.sub_clamped(&s.deserved);
             met[qid] = true;
         }
@@ -128,10 +170,10 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
             let s = &mut shares[qid];
             let old = s.deserved.clone();
             let mut d = old.plus(&remaining.scaled(i64::from(q.queue.weight.max(1)), total_weight));
-            d = d.capped_by_limit(&s.real_capability);
-            d = d.min_amounts(&s.request);
-            d = d.max_amounts(&q.queue.guarantee);
-            if s.request.fits_in(&d) {
+            d = d.capped_by_limit(&capability[qid]);
+            d = d.min_amounts(&request[qid]);
+            d = d.max_amounts(&guarantee[qid]);
+            if request[qid].fits_in(&d) {
                 met[qid] = true;
             }
             let mut up = d.clone();
@@ -147,6 +189,9 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
         if remaining.is_zero() || remaining == before {
             break;
         }
+    }
+    for s in &mut shares {
+        s.deserved = from_fine(&s.deserved);
     }
     shares
 }
@@ -277,5 +322,153 @@ impl Plugin for ProportionPlugin {
         if let (Some(q), Some(min)) = (j.queue, j.min_resources()) {
             self.queues[q].inqueue.add(min);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::{Cluster, res, weighted_queue};
+    use crate::model::Queue;
+    use crate::model::resources::{CPU, GPU};
+
+    fn conf() -> SchedulerConf {
+        SchedulerConf::volcano_default()
+    }
+
+    /// A cluster of `gpus` GPUs on one node (and plenty of CPU), and per queue one elastic
+    /// job of `demand` one-GPU pods.
+    fn contended(gpus: i64, queues: &[(Queue, i64)]) -> SessionState {
+        let mut c = Cluster::new().node("n1", &[(CPU, 1_000_000), (GPU, gpus)]);
+        for (queue, demand) in queues {
+            let name = queue.name.clone();
+            c = c.queue(queue.clone()).group(&name, &name, 1);
+            for i in 0..*demand {
+                c = c.pod(&format!("{name}-{i}"), Some(&name), &[(CPU, 1), (GPU, 1)]);
+            }
+        }
+        c.session(&conf()).state
+    }
+
+    fn deserved_gpus(state: &SessionState) -> Vec<(String, i64)> {
+        let shares = compute_deserved(state);
+        state
+            .queues
+            .iter()
+            .zip(&shares)
+            .filter(|(q, _)| q.queue.name != "default")
+            .map(|(q, s)| (q.queue.name.clone(), s.deserved.get(GPU)))
+            .collect()
+    }
+
+    fn named(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
+        let mut out: Vec<_> = pairs.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn weights_one_to_three_split_eight_gpus_into_two_and_six() {
+        let state = contended(
+            8,
+            &[
+                (weighted_queue("light", 1), 8),
+                (weighted_queue("heavy", 3), 8),
+            ],
+        );
+        assert_eq!(deserved_gpus(&state), named(&[("heavy", 6), ("light", 2)]));
+    }
+
+    #[test]
+    fn weights_one_two_three_split_twelve_gpus_in_proportion() {
+        let state = contended(
+            12,
+            &[
+                (weighted_queue("q1", 1), 12),
+                (weighted_queue("q2", 2), 12),
+                (weighted_queue("q3", 3), 12),
+            ],
+        );
+        assert_eq!(
+            deserved_gpus(&state),
+            named(&[("q1", 2), ("q2", 4), ("q3", 6)])
+        );
+    }
+
+    #[test]
+    fn a_queue_asking_less_than_its_share_gives_the_rest_to_the_others() {
+        // q1 would deserve 2 of 12 by weight but asks for 1: the 11 others are split 2:3.
+        let state = contended(
+            12,
+            &[
+                (weighted_queue("q1", 1), 1),
+                (weighted_queue("q2", 2), 12),
+                (weighted_queue("q3", 3), 12),
+            ],
+        );
+        let got = deserved_gpus(&state);
+        assert_eq!(got[0], ("q1".to_string(), 1));
+        // 11 GPUs split 2:3 is 4.4 and 6.6: whole GPUs below those.
+        assert_eq!(
+            got,
+            vec![
+                ("q1".to_string(), 1),
+                ("q2".to_string(), 4),
+                ("q3".to_string(), 6)
+            ]
+        );
+    }
+
+    #[test]
+    fn capability_caps_a_queue_and_its_surplus_goes_to_the_others() {
+        let mut capped = weighted_queue("capped", 3);
+        capped.capability = Some(res(&[(GPU, 2)]));
+        let state = contended(8, &[(capped, 8), (weighted_queue("other", 1), 8)]);
+        assert_eq!(deserved_gpus(&state), named(&[("capped", 2), ("other", 6)]));
+    }
+
+    #[test]
+    fn guarantee_floors_a_queue_whose_weight_would_give_it_less() {
+        let mut reserved = weighted_queue("reserved", 1);
+        reserved.guarantee = res(&[(GPU, 4)]);
+        let state = contended(8, &[(reserved, 8), (weighted_queue("crowd", 7), 8)]);
+        assert_eq!(
+            deserved_gpus(&state),
+            named(&[("crowd", 4), ("reserved", 4)])
+        );
+    }
+
+    #[test]
+    fn a_queue_without_jobs_does_not_hold_its_guarantee_in_the_split() {
+        // idle guarantees 3 GPUs but has no jobs: a and b each get half of 8, capped by
+        // their real capability 8 - 3 = 5; idle's guarantee is not carved out of the split.
+        let mut idle = weighted_queue("idle", 1);
+        idle.guarantee = res(&[(GPU, 3)]);
+        let mut c = Cluster::new()
+            .node("n1", &[(CPU, 1_000_000), (GPU, 8)])
+            .queue(idle);
+        for name in ["a", "b"] {
+            c = c.queue(weighted_queue(name, 1)).group(name, name, 1);
+            for i in 0..8 {
+                c = c.pod(&format!("{name}-{i}"), Some(name), &[(CPU, 1), (GPU, 1)]);
+            }
+        }
+        let state = c.session(&conf()).state;
+        assert_eq!(
+            deserved_gpus(&state),
+            named(&[("a", 4), ("b", 4), ("idle", 0)])
+        );
+    }
+
+    #[test]
+    fn others_real_capability_leaves_out_a_guarantee_they_do_not_hold() {
+        let mut reserved = weighted_queue("reserved", 1);
+        reserved.guarantee = res(&[(GPU, 3)]);
+        let state = contended(8, &[(reserved, 0), (weighted_queue("crowd", 1), 8)]);
+        let shares = compute_deserved(&state);
+        let crowd = state.queue_index["crowd"];
+        assert_eq!(shares[crowd].real_capability.get(GPU), 5);
+        assert_eq!(shares[crowd].deserved.get(GPU), 5);
     }
 }

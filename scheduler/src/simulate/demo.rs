@@ -78,13 +78,7 @@ pub fn run_once(label: &'static str, conf: &SchedulerConf, gang: bool) -> anyhow
         .iter()
         .map(|g| (g.key.clone(), g.min_member))
         .collect();
-    let mut sim = SimCluster::new(
-        workload.nodes,
-        workload.pods,
-        workload.pod_groups,
-        workload.queues,
-        workload.priority_classes,
-    );
+    let mut sim = SimCluster::from_workload(workload);
     let driver = DriverOptions {
         scheduler_name: SCHEDULER_NAME.to_string(),
         horizon_ms: Some(HORIZON_MS),
@@ -140,13 +134,7 @@ fn first_cycle_gpus(conf: &SchedulerConf, gang: bool) -> anyhow::Result<i64> {
         strict_config: false,
     };
     let workload = load_workload(&workload_text(), &opts)?;
-    let mut sim = SimCluster::new(
-        workload.nodes,
-        workload.pods,
-        workload.pod_groups,
-        workload.queues,
-        workload.priority_classes,
-    );
+    let mut sim = SimCluster::from_workload(workload);
     let driver = DriverOptions {
         scheduler_name: SCHEDULER_NAME.to_string(),
         exact_cycles: Some(1),

@@ -15,7 +15,9 @@ use crate::cluster::sim::SimCluster;
 use crate::framework::cycle::pending_reason;
 use crate::framework::{CyclePlan, SchedulerConf, run_cycle};
 use crate::invariants::{self, Violation};
-use crate::ledger::{LocalLedger, PlacementLedger, ReleaseReason, Verdict, check_ledger};
+use crate::ledger::{
+    LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger,
+};
 use crate::model::{ObjectKey, TimeMs};
 
 #[derive(Clone, Debug)]
@@ -36,6 +38,8 @@ pub struct DriverOptions {
     /// read of the whole ledger with several replicas: off for large generated runs, which
     /// check once at the end).
     pub check_ledger_every_cycle: bool,
+    /// Faults injected into the replicated ledger at simulated times.
+    pub faults: Vec<ScheduledFault>,
 }
 
 impl Default for DriverOptions {
@@ -49,6 +53,7 @@ impl Default for DriverOptions {
             check_invariants: true,
             check_gang_atomicity: true,
             check_ledger_every_cycle: true,
+            faults: Vec::new(),
         }
     }
 }
@@ -82,6 +87,32 @@ pub struct RunOutcome {
     /// Ledger errors (unreachable, refused commands); nothing is bound in such a cycle.
     pub ledger_errors: Vec<String>,
     pub warnings: Vec<String>,
+    /// Faults injected: (simulated time, what was done, wall time until the next plan
+    /// was committed after it).
+    pub faults: Vec<FaultRecord>,
+}
+
+#[derive(Clone, Debug)]
+pub struct FaultRecord {
+    pub at_ms: TimeMs,
+    pub what: String,
+    /// Wall-clock time from the fault to the next successful commit (failover time).
+    pub recovered_after: Option<Duration>,
+}
+
+impl std::fmt::Display for FaultRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "fault at {:.1}s: {}; next plan committed ",
+            self.at_ms as f64 / 1000.0,
+            self.what
+        )?;
+        match self.recovered_after {
+            Some(d) => write!(f, "{:.0} ms later", d.as_secs_f64() * 1000.0),
+            None => f.write_str("never (no plan was committed after it)"),
+        }
+    }
 }
 
 impl RunOutcome {
@@ -122,7 +153,23 @@ pub fn drive_with(
         }
     }
     let mut finished: Vec<ObjectKey> = Vec::new();
+    let mut faults: Vec<&ScheduledFault> = opts.faults.iter().collect();
+    faults.sort_by_key(|f| f.at_ms);
+    let mut faults = faults.into_iter().peekable();
+    let mut awaiting_recovery: Vec<(usize, Instant)> = Vec::new();
     loop {
+        while let Some(f) = faults.next_if(|f| f.at_ms <= sim.now_ms()) {
+            let what = match ledger.inject(&f.fault) {
+                Ok(done) => format!("{}: {done}", f.fault),
+                Err(e) => format!("{}: failed: {e}", f.fault),
+            };
+            awaiting_recovery.push((outcome.faults.len(), Instant::now()));
+            outcome.faults.push(FaultRecord {
+                at_ms: sim.now_ms(),
+                what,
+                recovered_after: None,
+            });
+        }
         if let Some(n) = opts.exact_cycles {
             if outcome.cycles >= n {
                 break;
@@ -146,8 +193,14 @@ pub fn drive_with(
         outcome.cycles += 1;
         let cycle = outcome.cycles;
         let committed = Instant::now();
+        let errors_before = outcome.ledger_errors.len();
         let performed = perform(sim, ledger, &plan, cycle, &mut outcome);
         let commit = committed.elapsed();
+        if !performed.gangs.is_empty() && outcome.ledger_errors.len() == errors_before {
+            for (i, since) in awaiting_recovery.drain(..) {
+                outcome.faults[i].recovered_after = Some(since.elapsed());
+            }
+        }
         sim.settle();
         if opts.check_invariants {
             let mut found = invariants::check_no_double_booking(sim);
@@ -188,7 +241,9 @@ pub fn drive_with(
         }
         finished = if opts.exact_cycles.is_some() || changed {
             sim.advance_to(next)
-        } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms) {
+        } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms)
+            .or_else(|| faults.peek().map(|f| f.at_ms))
+        {
             let t = t.max(next);
             sim.advance_to(opts.horizon_ms.map_or(t, |h| t.min(h)))
         } else {

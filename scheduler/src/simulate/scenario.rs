@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::framework::{SchedulerConf, run_cycle};
-use crate::ledger::start_ledger;
+use crate::ledger::{ScheduledFault, start_ledger};
 use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
 use crate::simulate::driver::{DriverOptions, RunOutcome, drive_with};
@@ -22,6 +22,8 @@ pub struct ScenarioOptions {
     /// Scheduler replicas: 1 applies the ledger's state machine in process; more start the
     /// replicated ledger on loopback.
     pub replicas: usize,
+    /// Faults injected into the replicated ledger.
+    pub faults: Vec<ScheduledFault>,
 }
 
 impl Default for ScenarioOptions {
@@ -31,6 +33,7 @@ impl Default for ScenarioOptions {
             strict_config: false,
             period_ms: 1_000,
             replicas: 1,
+            faults: Vec::new(),
         }
     }
 }
@@ -76,7 +79,7 @@ pub fn run_scenario(
 }
 
 /// Runs an already loaded workload.
-pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> ScenarioReport {
+pub fn run_workload(name: &str, mut workload: Workload, opts: &ScenarioOptions) -> ScenarioReport {
     let conf = workload.effective_scheduler_conf();
     let config_source = if workload.scheduler_conf.is_some() {
         "the scenario's volcano-scheduler.conf".to_string()
@@ -84,13 +87,8 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
         "the default configuration".to_string()
     };
     let expectation = workload.expectation.clone();
-    let mut sim = SimCluster::new(
-        workload.nodes,
-        workload.pods,
-        workload.pod_groups,
-        workload.queues,
-        workload.priority_classes,
-    );
+    let warnings = std::mem::take(&mut workload.warnings);
+    let mut sim = SimCluster::from_workload(workload);
     let driver = DriverOptions {
         scheduler_name: opts.scheduler_name.clone(),
         period_ms: opts.period_ms,
@@ -98,6 +96,7 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
             .as_ref()
             .and_then(|e| (e.cycles > 0).then_some(e.cycles)),
         check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
+        faults: opts.faults.clone(),
         ..DriverOptions::default()
     };
     let outcome = match start_ledger(opts.replicas) {
@@ -134,7 +133,7 @@ pub fn run_workload(name: &str, workload: Workload, opts: &ScenarioOptions) -> S
     }
     ScenarioReport {
         name: name.to_string(),
-        warnings: workload.warnings,
+        warnings,
         outcome,
         sim,
         unmet,
@@ -163,6 +162,9 @@ pub fn render(report: &ScenarioReport) -> String {
     );
     for w in report.warnings.iter().chain(&report.outcome.warnings) {
         let _ = writeln!(out, "warning: {w}");
+    }
+    for f in &report.outcome.faults {
+        let _ = writeln!(out, "{f}");
     }
     for (cycle, gang, why) in &report.outcome.ledger_refusals {
         let _ = writeln!(out, "ledger refused gang {gang} in cycle {cycle}: {why}");
