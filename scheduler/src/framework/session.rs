@@ -491,8 +491,17 @@ impl SessionState {
                 }
                 None => None,
             },
-            None if managed && status == TaskStatus::Pending => {
-                // A managed pod without a PodGroup is a gang of one.
+            None if managed
+                && matches!(
+                    status,
+                    TaskStatus::Pending
+                        | TaskStatus::Bound
+                        | TaskStatus::Running
+                        | TaskStatus::Releasing
+                ) =>
+            {
+                // A managed pod without a PodGroup is a gang of one (Volcano's shadow
+                // PodGroup), running or not: it counts in its queue and may be a victim.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);
                 shadow.priority_class_name = pod.priority_class_name.clone();
                 shadow.creation_index = pod.creation_index;
