@@ -647,7 +647,9 @@ fn record(session: &mut Session, job: JobId, statement: &Statement, mode: Mode) 
         .collect();
     let mut events = Vec::new();
     let placed = statement.len();
-    if victims.is_empty() {
+    if state.jobs[job].shadow {
+        // A pod without a PodGroup has no PodGroup to record on.
+    } else if victims.is_empty() {
         events.push(Event {
             object: key.clone(),
             kind: "Normal",
