@@ -11,10 +11,12 @@
 
 pub mod actions;
 pub mod cluster;
+pub mod coord;
 pub mod framework;
 pub mod invariants;
 pub mod ledger;
 pub mod manifest;
 pub mod model;
 pub mod plugins;
+pub mod shard;
 pub mod simulate;

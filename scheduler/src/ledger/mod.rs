@@ -44,6 +44,9 @@ pub enum LedgerError {
     Refused(String),
     #[error("the ledger could not be reached: {0}")]
     Unavailable(String),
+    /// The proposal may or may not have been committed (e.g. its leader stopped mid-way).
+    #[error("the outcome of a proposal is unknown: {0}")]
+    Ambiguous(String),
     #[error("starting the ledger replicas failed: {0}")]
     Start(String),
 }
@@ -117,28 +120,42 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn commit(&mut self, gangs: &[GangPlacement]) -> Result<Vec<Verdict>, LedgerError> {
         let gangs: Vec<LedgerGang> = gangs.iter().map(to_ledger_gang).collect();
-        verdicts(self.propose_all(place_gangs(&gangs))?)
+        match self.propose_all(place_gangs(&gangs)) {
+            Ok(responses) => verdicts(responses),
+            // The leader went away mid-proposal. A linearizable read is served by a leader
+            // that has committed an entry of its own term, so every entry of the old term
+            // is by then committed or can never be: the ledger's state answers for sure.
+            Err(LedgerError::Ambiguous(why)) => {
+                let state = self.read_state()?;
+                Ok(gangs.iter().map(|g| resolve(&state, g, &why)).collect())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn mark_bound(&mut self, pods: &[ObjectKey]) -> Result<(), LedgerError> {
         let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
-        self.propose_all(pod_commands(&keys, |pods| LedgerCommand::MarkBound {
-            shard: SINGLE_SHARD,
-            epoch: FIRST_EPOCH,
-            pods,
-        }))
-        .map(|_| ())
+        propose_idempotent(
+            self,
+            pod_commands(&keys, |pods| LedgerCommand::MarkBound {
+                shard: SINGLE_SHARD,
+                epoch: FIRST_EPOCH,
+                pods,
+            }),
+        )
     }
 
     fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) -> Result<(), LedgerError> {
         let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
-        self.propose_all(pod_commands(&keys, |pods| LedgerCommand::Release {
-            shard: SINGLE_SHARD,
-            epoch: FIRST_EPOCH,
-            pods,
-            reason,
-        }))
-        .map(|_| ())
+        propose_idempotent(
+            self,
+            pod_commands(&keys, |pods| LedgerCommand::Release {
+                shard: SINGLE_SHARD,
+                epoch: FIRST_EPOCH,
+                pods,
+                reason,
+            }),
+        )
     }
 
     fn state(&mut self) -> Result<LedgerState, LedgerError> {
@@ -151,6 +168,33 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         self.inject_fault(fault)
+    }
+}
+
+/// Commands that are no-ops when applied twice (`MarkBound` of a bound pod, `Release` of a
+/// released one) are simply proposed again when their outcome is unknown.
+fn propose_idempotent<T: LedgerBackend + ?Sized>(
+    ledger: &mut T,
+    commands: Vec<LedgerCommand>,
+) -> Result<(), LedgerError> {
+    match ledger.propose_all(commands.clone()) {
+        Err(LedgerError::Ambiguous(_)) => ledger.propose_all(commands).map(|_| ()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Whether the ledger holds every pod of `gang` where it was proposed.
+fn resolve(state: &LedgerState, gang: &LedgerGang, why: &str) -> Verdict {
+    let held = gang.pods.iter().all(|p| {
+        state
+            .placements
+            .get(&p.pod)
+            .is_some_and(|placed| placed.node == p.node && placed.gang == gang.gang)
+    });
+    if held {
+        Verdict::Accepted
+    } else {
+        Verdict::Refused(format!("not committed ({why}); it will be proposed again"))
     }
 }
 
@@ -271,4 +315,87 @@ pub fn start_ledger(replicas: usize) -> Result<Box<dyn PlacementLedger>, LedgerE
 /// Splits `items` into chunks of at most `size`.
 pub(crate) fn chunks<T: Clone>(items: &[T], size: usize) -> Vec<Vec<T>> {
     items.chunks(size.max(1)).map(<[T]>::to_vec).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Placement;
+    use crate::model::Resources;
+
+    /// A ledger whose next proposal "loses its leader": it is applied (or not) and then
+    /// reported as of unknown outcome.
+    struct FlakyLedger {
+        inner: LocalLedger,
+        apply_before_failing: Option<bool>,
+    }
+
+    impl LedgerBackend for FlakyLedger {
+        fn propose_all(
+            &mut self,
+            commands: Vec<LedgerCommand>,
+        ) -> Result<Vec<LedgerResponse>, LedgerError> {
+            match self.apply_before_failing.take() {
+                Some(applied) => {
+                    if applied {
+                        self.inner.propose_all(commands)?;
+                    }
+                    Err(LedgerError::Ambiguous("raft stopped".into()))
+                }
+                None => self.inner.propose_all(commands),
+            }
+        }
+        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+            self.inner.read_state()
+        }
+        fn replica_count(&self) -> usize {
+            3
+        }
+    }
+
+    fn gang() -> GangPlacement {
+        GangPlacement {
+            gang: ObjectKey::new("default", "g"),
+            placements: vec![Placement {
+                pod: ObjectKey::new("default", "g-0"),
+                node: "n1".into(),
+                resources: Resources::from_pairs([("nvidia.com/gpu", 1)]),
+            }],
+        }
+    }
+
+    fn ledger(apply_before_failing: bool) -> FlakyLedger {
+        let mut l = FlakyLedger {
+            inner: LocalLedger::new(),
+            apply_before_failing: None,
+        };
+        let node = Node::new("n1", Resources::from_pairs([("nvidia.com/gpu", 1)]));
+        l.load(&[&node], &[]).expect("loads");
+        l.apply_before_failing = Some(apply_before_failing);
+        l
+    }
+
+    #[test]
+    fn a_plan_of_unknown_outcome_that_committed_is_bound() {
+        let mut l = ledger(true);
+        assert_eq!(
+            l.commit(&[gang()]).expect("resolved"),
+            vec![Verdict::Accepted]
+        );
+    }
+
+    #[test]
+    fn a_plan_of_unknown_outcome_that_did_not_commit_is_proposed_again_later() {
+        let mut l = ledger(false);
+        let verdicts = l.commit(&[gang()]).expect("resolved");
+        assert!(
+            matches!(&verdicts[..], [Verdict::Refused(why)] if why.contains("not committed")),
+            "{verdicts:?}"
+        );
+        // Next cycle proposes it again and it is accepted.
+        assert_eq!(
+            l.commit(&[gang()]).expect("commits"),
+            vec![Verdict::Accepted]
+        );
+    }
 }

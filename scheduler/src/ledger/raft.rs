@@ -4,8 +4,8 @@
 //! would, so every proposal goes through the leader and a quorum.
 
 use phalanx_statestore::{
-    LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState, LocalCluster,
-    MAX_COMMANDS_PER_BATCH, start_local_cluster,
+    ClientError, LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState,
+    LocalCluster, MAX_COMMANDS_PER_BATCH, start_local_cluster,
 };
 
 use super::{LedgerBackend, LedgerError, LedgerFault, chunks};
@@ -58,7 +58,10 @@ impl RaftLedger {
             let committed = self
                 .runtime
                 .block_on(self.client.propose(&LedgerBatch { commands: batch }))
-                .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+                .map_err(|e| match e {
+                    ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
+                    other => LedgerError::Unavailable(other.to_string()),
+                })?;
             for r in committed.responses {
                 if let LedgerResponse::Refused(reason) = &r {
                     return Err(LedgerError::Refused(reason.to_string()));

@@ -1,0 +1,280 @@
+//! The coordinator's and the participant's events and commands (closed sets), and the
+//! mapping from the ledger's responses to events.
+
+use phalanx_statestore::ledger::{ShardId, TxnDecision, TxnId};
+use phalanx_statestore::{GangDecision, LedgerCommand, LedgerResponse, PodPlacement, Refusal};
+
+/// A request to place a gang across shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartTxn {
+    /// Transaction id (see [`super::txn_id`]; it carries the gang so recovery can bind).
+    pub txn: TxnId,
+    /// Gang key, `namespace/podgroup`.
+    pub gang: String,
+    /// Each participant shard and the placements proposed for its pool.
+    pub parts: Vec<(ShardId, Vec<PodPlacement>)>,
+    /// The coordinator's clock when the request arrives.
+    pub now_ms: u64,
+    /// Undecided after this, the transaction is aborted.
+    pub deadline_ms: u64,
+}
+
+/// The ledger's answer to a transaction command, as the state machines see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerResult {
+    /// `TxnBegin` applied.
+    Begun,
+    /// `TxnBegin` refused.
+    BeginRefused(Refusal),
+    /// A participant's `TxnReserve` accepted.
+    Reserved {
+        /// The participant shard.
+        shard: ShardId,
+    },
+    /// A participant's `TxnReserve` refused.
+    RefusedReserve {
+        /// The participant shard.
+        shard: ShardId,
+        /// Why.
+        reason: Refusal,
+    },
+    /// The transaction's decision is logged (by this command or before it).
+    Decided(TxnDecision),
+    /// `TxnDecide` refused for another reason (stale epoch, ...).
+    DecideRefused(Refusal),
+}
+
+/// A participant's answer to a prepare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrepareReply {
+    /// Its part is reserved in the ledger.
+    Prepared,
+    /// It will not reserve, and why.
+    Refused(String),
+}
+
+/// What the coordinator reacts to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CoordEvent {
+    /// Place a gang across shards.
+    Start(StartTxn),
+    /// The ledger applied (or refused) a transaction command.
+    LedgerApplied {
+        /// The transaction.
+        txn: TxnId,
+        /// What happened.
+        result: LedgerResult,
+    },
+    /// A participant answered a prepare.
+    ParticipantReply {
+        /// The transaction.
+        txn: TxnId,
+        /// The participant shard.
+        shard: ShardId,
+        /// Its answer.
+        reply: PrepareReply,
+    },
+    /// Time passed.
+    Tick {
+        /// The coordinator's clock.
+        now_ms: u64,
+    },
+    /// This replica became the coordinator shard's owner: finish what the ledger shows.
+    Recover {
+        /// The shard's transactions found in the ledger (see [`super::recovered_txns`]).
+        txns: Vec<RecoveredTxn>,
+        /// The coordinator's clock.
+        now_ms: u64,
+    },
+}
+
+/// A transaction of this coordinator's shard as the ledger holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredTxn {
+    /// The transaction.
+    pub txn: TxnId,
+    /// Its gang, parsed from the id (`None` for an id not made by [`super::txn_id`]).
+    pub gang: Option<String>,
+    /// Participant shards.
+    pub participants: Vec<ShardId>,
+    /// Its deadline.
+    pub deadline_ms: u64,
+    /// Its decision, if logged.
+    pub decision: Option<TxnDecision>,
+    /// For a commit: its placements not yet bound (to bind).
+    pub unbound: Vec<PodPlacement>,
+}
+
+/// How a transaction ended, as reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Decided commit; its pods are being bound.
+    Committed,
+    /// Decided abort; no reservation remains.
+    Aborted,
+    /// Never began in the ledger (invalid, too many in flight, `TxnBegin` refused).
+    Rejected,
+    /// This coordinator lost the shard (stale epoch) or gave up waiting for the ledger;
+    /// the shard's next owner (or a `Recover`) finishes it from the ledger.
+    Unfinished,
+}
+
+/// What the coordinator asks the runtime to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CoordCommand {
+    /// Propose this command (`TxnBegin` or `TxnDecide`) and feed back the result as
+    /// `CoordEvent::LedgerApplied` (see [`begin_result`] and [`decide_result`]).
+    ProposeToLedger(LedgerCommand),
+    /// Ask a participant shard's owner to reserve its part.
+    SendPrepare {
+        /// Participant shard.
+        shard: ShardId,
+        /// The prepare.
+        prepare: Prepare,
+    },
+    /// Tell a participant the transaction is decided (it may forget it).
+    SendDecision {
+        /// Participant shard.
+        shard: ShardId,
+        /// Transaction.
+        txn: TxnId,
+        /// The logged decision.
+        decision: TxnDecision,
+    },
+    /// Bind these pods in Kubernetes (their placements are committed); afterwards each
+    /// pod's shard owner records `MarkBound`.
+    Bind {
+        /// Transaction.
+        txn: TxnId,
+        /// Gang.
+        gang: String,
+        /// Pods and nodes.
+        pods: Vec<PodPlacement>,
+    },
+    /// The transaction ended (or was refused); for PodGroup conditions, Events, metrics.
+    Report {
+        /// Transaction.
+        txn: TxnId,
+        /// How it ended.
+        outcome: TxnOutcome,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// A prepare request, coordinator to participant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepare {
+    /// Transaction.
+    pub txn: TxnId,
+    /// The coordinator's shard (where replies go).
+    pub coordinator: ShardId,
+    /// Gang key.
+    pub gang: String,
+    /// The placements proposed for the participant's pool.
+    pub placements: Vec<PodPlacement>,
+    /// The transaction's deadline.
+    pub deadline_ms: u64,
+}
+
+/// What a participant reacts to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParticipantEvent {
+    /// Reserve your part.
+    Prepare(Prepare),
+    /// The ledger applied (or refused) this participant's `TxnReserve`
+    /// (see [`reserve_result`]).
+    LedgerApplied {
+        /// Transaction.
+        txn: TxnId,
+        /// `Reserved` or `RefusedReserve`.
+        result: LedgerResult,
+    },
+    /// The coordinator's decision.
+    Decided {
+        /// Transaction.
+        txn: TxnId,
+        /// The decision.
+        decision: TxnDecision,
+    },
+    /// Time passed.
+    Tick {
+        /// The participant's clock.
+        now_ms: u64,
+    },
+}
+
+/// What a participant asks the runtime to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParticipantCommand {
+    /// Propose `TxnReserve` and feed back the result as `ParticipantEvent::LedgerApplied`.
+    ProposeToLedger(LedgerCommand),
+    /// Answer the coordinator.
+    Reply {
+        /// The coordinator shard.
+        to: ShardId,
+        /// Transaction.
+        txn: TxnId,
+        /// The participant shard (this one).
+        shard: ShardId,
+        /// The answer.
+        reply: PrepareReply,
+    },
+}
+
+/// Maps the ledger's response to `TxnBegin`. `TxnExists` means an earlier (resent)
+/// proposal of the same id landed: ids are unique per coordinator shard and epoch.
+pub fn begin_result(response: &LedgerResponse) -> LedgerResult {
+    match response {
+        LedgerResponse::Refused(Refusal::TxnExists { .. }) => LedgerResult::Begun,
+        LedgerResponse::Refused(r) => LedgerResult::BeginRefused(r.clone()),
+        _ => LedgerResult::Begun,
+    }
+}
+
+/// Maps the ledger's response to a participant's `TxnReserve`. `TxnAlreadyReserved` for
+/// this shard means an earlier (resent) proposal landed.
+pub fn reserve_result(shard: ShardId, response: &LedgerResponse) -> LedgerResult {
+    match response {
+        LedgerResponse::Refused(Refusal::TxnAlreadyReserved { .. }) => {
+            LedgerResult::Reserved { shard }
+        }
+        LedgerResponse::Refused(r) => LedgerResult::RefusedReserve {
+            shard,
+            reason: r.clone(),
+        },
+        LedgerResponse::Gangs(outcomes) => match outcomes.first().map(|o| &o.decision) {
+            Some(GangDecision::Accepted) => LedgerResult::Reserved { shard },
+            Some(GangDecision::Refused(r)) => LedgerResult::RefusedReserve {
+                shard,
+                reason: r.clone(),
+            },
+            None => LedgerResult::RefusedReserve {
+                shard,
+                reason: Refusal::EmptyGang {
+                    gang: String::new(),
+                },
+            },
+        },
+        _ => LedgerResult::Reserved { shard },
+    }
+}
+
+/// Maps the ledger's response to `TxnDecide { decision }`. Only the coordinator shard
+/// decides and a decision is final, so `TxnAlreadyDecided` means the other decision is
+/// logged (the ledger's deadline expiry aborted it first); an abort of a transaction the
+/// ledger does not know (its begin never landed, or it was forgotten) is an abort.
+pub fn decide_result(decision: TxnDecision, response: &LedgerResponse) -> LedgerResult {
+    let other = match decision {
+        TxnDecision::Commit => TxnDecision::Abort,
+        TxnDecision::Abort => TxnDecision::Commit,
+    };
+    match response {
+        LedgerResponse::Refused(Refusal::TxnAlreadyDecided { .. }) => LedgerResult::Decided(other),
+        LedgerResponse::Refused(Refusal::UnknownTxn { .. }) if decision == TxnDecision::Abort => {
+            LedgerResult::Decided(TxnDecision::Abort)
+        }
+        LedgerResponse::Refused(r) => LedgerResult::DecideRefused(r.clone()),
+        _ => LedgerResult::Decided(decision),
+    }
+}

@@ -1,0 +1,2 @@
+mod e2e;
+mod unit;

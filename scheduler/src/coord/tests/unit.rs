@@ -1,0 +1,630 @@
+//! One test per transition of the coordinator and the participant, asserting commands.
+
+use phalanx_statestore::ledger::TxnDecision;
+use phalanx_statestore::{LedgerCommand, LedgerResponse, PodPlacement, Refusal, ResourceVec};
+
+use crate::coord::*;
+
+fn pod(name: &str, node: &str) -> PodPlacement {
+    PodPlacement {
+        pod: name.into(),
+        node: node.into(),
+        resources: ResourceVec::from_pairs([("nvidia.com/gpu", 1)]),
+    }
+}
+
+const TXN: &str = "0:1:1:ns/g";
+
+fn start(txn: &str, shards: &[u32], now_ms: u64, deadline_ms: u64) -> CoordEvent {
+    CoordEvent::Start(StartTxn {
+        txn: txn.into(),
+        gang: "ns/g".into(),
+        parts: shards
+            .iter()
+            .map(|s| (*s, vec![pod(&format!("ns/p{s}"), &format!("n{s}"))]))
+            .collect(),
+        now_ms,
+        deadline_ms,
+    })
+}
+
+fn coord(order: PrepareOrder) -> Coordinator {
+    Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            prepare_order: order,
+            ..CoordConfig::default()
+        },
+    )
+}
+
+fn ledger(txn: &str, result: LedgerResult) -> CoordEvent {
+    CoordEvent::LedgerApplied {
+        txn: txn.into(),
+        result,
+    }
+}
+
+fn reply(shard: u32, reply: PrepareReply) -> CoordEvent {
+    CoordEvent::ParticipantReply {
+        txn: TXN.into(),
+        shard,
+        reply,
+    }
+}
+
+fn prepared_to(cmds: &[CoordCommand]) -> Vec<u32> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            CoordCommand::SendPrepare { shard, .. } => Some(*shard),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decided(cmds: &[CoordCommand]) -> Option<TxnDecision> {
+    cmds.iter().find_map(|c| match c {
+        CoordCommand::ProposeToLedger(LedgerCommand::TxnDecide { decision, .. }) => Some(*decision),
+        _ => None,
+    })
+}
+
+fn outcome(cmds: &[CoordCommand]) -> Option<(TxnOutcome, String)> {
+    cmds.iter().find_map(|c| match c {
+        CoordCommand::Report {
+            outcome, reason, ..
+        } => Some((*outcome, reason.clone())),
+        _ => None,
+    })
+}
+
+/// A coordinator with TXN begun over shards 1 and 2 (parallel: both asked).
+fn preparing(order: PrepareOrder) -> Coordinator {
+    let mut c = coord(order);
+    c.step(start(TXN, &[1, 2], 0, 1000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    c
+}
+
+#[test]
+fn a_start_proposes_txn_begin_with_the_participants_and_deadline_at_the_coordinators_epoch() {
+    let mut c = coord(PrepareOrder::Parallel);
+    let cmds = c.step(start(TXN, &[2, 1], 10, 500));
+    assert_eq!(
+        cmds,
+        vec![CoordCommand::ProposeToLedger(LedgerCommand::TxnBegin {
+            txn: TXN.into(),
+            shard: 0,
+            epoch: 1,
+            participants: vec![1, 2],
+            deadline_ms: 500,
+        })]
+    );
+    assert_eq!(c.phase(TXN), Some(Phase::Beginning));
+}
+
+#[test]
+fn begun_sends_a_prepare_to_every_participant_when_parallel() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1, 2], 0, 1000));
+    let cmds = c.step(ledger(TXN, LedgerResult::Begun));
+    assert_eq!(prepared_to(&cmds), vec![1, 2]);
+    let CoordCommand::SendPrepare { prepare, .. } = &cmds[0] else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!(prepare.coordinator, 0);
+    assert_eq!(prepare.placements, vec![pod("ns/p1", "n1")]);
+    assert_eq!(prepare.deadline_ms, 1000);
+}
+
+#[test]
+fn begun_asks_only_the_lowest_shard_when_ascending_and_the_next_after_it_prepares() {
+    let mut c = coord(PrepareOrder::Ascending);
+    c.step(start(TXN, &[2, 1], 0, 1000));
+    assert_eq!(
+        prepared_to(&c.step(ledger(TXN, LedgerResult::Begun))),
+        vec![1]
+    );
+    assert_eq!(
+        prepared_to(&c.step(reply(1, PrepareReply::Prepared))),
+        vec![2]
+    );
+}
+
+#[test]
+fn every_participant_prepared_proposes_commit() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    assert_eq!(decided(&c.step(reply(1, PrepareReply::Prepared))), None);
+    let cmds = c.step(reply(2, PrepareReply::Prepared));
+    assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
+    assert_eq!(c.phase(TXN), Some(Phase::Deciding(TxnDecision::Commit)));
+}
+
+#[test]
+fn a_reservation_seen_in_the_ledger_counts_as_prepared() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(ledger(TXN, LedgerResult::Reserved { shard: 1 }));
+    let cmds = c.step(ledger(TXN, LedgerResult::Reserved { shard: 2 }));
+    assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
+}
+
+#[test]
+fn a_refusal_proposes_abort_naming_the_shard_and_reason() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    let cmds = c.step(reply(2, PrepareReply::Refused("gpu short".into())));
+    assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
+    let done = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Abort)));
+    assert_eq!(
+        outcome(&done),
+        Some((TxnOutcome::Aborted, "shard 2 refused: gpu short".into()))
+    );
+}
+
+#[test]
+fn a_refusal_from_a_shard_that_already_prepared_is_ignored_as_stale() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    assert!(
+        c.step(reply(1, PrepareReply::Refused("busy".into())))
+            .is_empty()
+    );
+    assert_eq!(c.phase(TXN), Some(Phase::Preparing));
+}
+
+#[test]
+fn a_reply_from_a_shard_that_is_not_a_participant_is_ignored() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    assert!(
+        c.step(reply(3, PrepareReply::Refused("who?".into())))
+            .is_empty()
+    );
+    assert!(c.step(ledger("unknown", LedgerResult::Begun)).is_empty());
+}
+
+#[test]
+fn a_commit_decision_binds_every_pod_and_tells_every_participant() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(2, PrepareReply::Prepared));
+    let cmds = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Commit)));
+    assert!(cmds.contains(&CoordCommand::Bind {
+        txn: TXN.into(),
+        gang: "ns/g".into(),
+        pods: vec![pod("ns/p1", "n1"), pod("ns/p2", "n2")],
+    }));
+    let told: Vec<u32> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            CoordCommand::SendDecision { shard, .. } => Some(*shard),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told, vec![1, 2]);
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Committed));
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn an_abort_decision_binds_nothing() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Refused("no".into())));
+    let cmds = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Abort)));
+    assert!(!cmds.iter().any(|c| matches!(c, CoordCommand::Bind { .. })));
+}
+
+#[test]
+fn the_deadline_passing_while_preparing_proposes_abort() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    let cmds = c.step(CoordEvent::Tick { now_ms: 1000 });
+    assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
+}
+
+#[test]
+fn the_deadline_passing_while_beginning_proposes_abort() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1], 0, 100));
+    assert_eq!(
+        decided(&c.step(CoordEvent::Tick { now_ms: 100 })),
+        Some(TxnDecision::Abort)
+    );
+}
+
+#[test]
+fn a_decision_once_proposed_is_not_changed_by_the_deadline_or_a_late_refusal() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(2, PrepareReply::Prepared));
+    let tick = c.step(CoordEvent::Tick { now_ms: 1000 });
+    assert_ne!(decided(&tick), Some(TxnDecision::Abort));
+    let late = c.step(reply(2, PrepareReply::Refused("late".into())));
+    assert!(late.is_empty());
+    assert_eq!(c.phase(TXN), Some(Phase::Deciding(TxnDecision::Commit)));
+}
+
+#[test]
+fn a_commit_refused_as_already_decided_reports_the_ledgers_abort() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(2, PrepareReply::Prepared));
+    let response = LedgerResponse::Refused(Refusal::TxnAlreadyDecided { txn: TXN.into() });
+    let result = decide_result(TxnDecision::Commit, &response);
+    assert_eq!(result, LedgerResult::Decided(TxnDecision::Abort));
+    let cmds = c.step(ledger(TXN, result));
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Aborted));
+}
+
+#[test]
+fn a_stale_epoch_on_the_decision_reports_unfinished_for_the_next_owner() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Refused("x".into())));
+    let r = Refusal::StaleEpoch {
+        shard: 0,
+        proposed: 1,
+        current: 2,
+    };
+    let cmds = c.step(ledger(TXN, LedgerResult::DecideRefused(r)));
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Unfinished));
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn a_refused_begin_reports_rejected_and_frees_the_slot() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1], 0, 100));
+    let r = Refusal::StaleEpoch {
+        shard: 0,
+        proposed: 1,
+        current: 2,
+    };
+    let cmds = c.step(ledger(TXN, begin_result(&LedgerResponse::Refused(r))));
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Rejected));
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn an_unanswered_begin_is_resent_and_txn_exists_counts_as_begun() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1], 0, 10_000));
+    let cmds = c.step(CoordEvent::Tick { now_ms: 200 });
+    assert!(matches!(
+        cmds.as_slice(),
+        [CoordCommand::ProposeToLedger(
+            LedgerCommand::TxnBegin { .. }
+        )]
+    ));
+    let exists = LedgerResponse::Refused(Refusal::TxnExists { txn: TXN.into() });
+    assert_eq!(begin_result(&exists), LedgerResult::Begun);
+}
+
+#[test]
+fn an_unanswered_prepare_is_resent_only_to_shards_not_yet_prepared() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, PrepareReply::Prepared));
+    assert!(c.step(CoordEvent::Tick { now_ms: 100 }).is_empty());
+    assert_eq!(
+        prepared_to(&c.step(CoordEvent::Tick { now_ms: 200 })),
+        vec![2]
+    );
+}
+
+#[test]
+fn an_unanswered_decision_is_reproposed_then_given_up_as_unfinished() {
+    let mut c = Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            max_decide_attempts: 2,
+            prepare_order: PrepareOrder::Parallel,
+            ..CoordConfig::default()
+        },
+    );
+    c.step(start(TXN, &[1], 0, 100_000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    c.step(reply(1, PrepareReply::Prepared));
+    assert_eq!(
+        decided(&c.step(CoordEvent::Tick { now_ms: 200 })),
+        Some(TxnDecision::Commit)
+    );
+    let cmds = c.step(CoordEvent::Tick { now_ms: 400 });
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Unfinished));
+}
+
+#[test]
+fn a_prepared_reply_before_the_begin_answer_proves_the_begin_landed() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1], 0, 1000));
+    let cmds = c.step(reply(1, PrepareReply::Prepared));
+    assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
+}
+
+#[test]
+fn starts_beyond_the_in_flight_bound_are_queued_then_begun_when_a_slot_frees() {
+    let mut c = Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            max_in_flight: 1,
+            max_queued: 1,
+            ..CoordConfig::default()
+        },
+    );
+    c.step(start(TXN, &[1], 0, 1000));
+    assert!(c.step(start("0:1:2:ns/g", &[1], 0, 1000)).is_empty());
+    assert_eq!((c.in_flight(), c.queued()), (1, 1));
+    let full = c.step(start("0:1:3:ns/g", &[1], 0, 1000));
+    let (o, reason) = outcome(&full).expect("a report");
+    assert_eq!(o, TxnOutcome::Rejected);
+    assert!(
+        reason.contains("1 transactions in flight and 1 queued"),
+        "{reason}"
+    );
+    c.step(ledger(
+        TXN,
+        LedgerResult::BeginRefused(Refusal::UnknownShard { shard: 0 }),
+    ));
+    assert_eq!((c.in_flight(), c.queued()), (1, 0));
+    assert_eq!(c.phase("0:1:2:ns/g"), Some(Phase::Beginning));
+}
+
+#[test]
+fn a_queued_start_whose_deadline_passes_is_rejected() {
+    let mut c = Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            max_in_flight: 1,
+            ..CoordConfig::default()
+        },
+    );
+    c.step(start(TXN, &[1], 0, 10_000));
+    c.step(start("0:1:2:ns/g", &[1], 0, 50));
+    let cmds = c.step(CoordEvent::Tick { now_ms: 50 });
+    assert_eq!(
+        outcome(&cmds),
+        Some((TxnOutcome::Rejected, "deadline passed while queued".into()))
+    );
+    assert_eq!(c.queued(), 0);
+}
+
+#[test]
+fn an_invalid_start_is_rejected_with_a_reason_and_writes_nothing() {
+    let mut c = coord(PrepareOrder::Parallel);
+    for (event, needle) in [
+        (start(TXN, &[], 0, 100), "no participant"),
+        (start(TXN, &[1, 1], 0, 100), "named twice"),
+        (start(TXN, &[1], 100, 100), "not after now"),
+    ] {
+        let cmds = c.step(event);
+        let (o, reason) = outcome(&cmds).expect("a report");
+        assert_eq!(o, TxnOutcome::Rejected);
+        assert!(reason.contains(needle), "{reason}");
+        assert_eq!(cmds.len(), 1);
+    }
+}
+
+#[test]
+fn recovery_binds_a_logged_commit_and_leaves_a_logged_abort_alone() {
+    let mut c = Coordinator::new(0, 2, CoordConfig::default());
+    let commit = RecoveredTxn {
+        txn: TXN.into(),
+        gang: Some("ns/g".into()),
+        participants: vec![1, 2],
+        deadline_ms: 100,
+        decision: Some(TxnDecision::Commit),
+        unbound: vec![pod("ns/p1", "n1")],
+    };
+    let abort = RecoveredTxn {
+        txn: "0:1:2:ns/h".into(),
+        decision: Some(TxnDecision::Abort),
+        unbound: vec![],
+        ..commit.clone()
+    };
+    let cmds = c.step(CoordEvent::Recover {
+        txns: vec![commit, abort],
+        now_ms: 0,
+    });
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    assert!(matches!(&cmds[0], CoordCommand::Bind { pods, .. } if pods.len() == 1));
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Committed));
+}
+
+#[test]
+fn recovery_aborts_an_undecided_transaction_at_the_new_epoch() {
+    let mut c = Coordinator::new(0, 2, CoordConfig::default());
+    let t = RecoveredTxn {
+        txn: TXN.into(),
+        gang: Some("ns/g".into()),
+        participants: vec![1],
+        deadline_ms: 100,
+        decision: None,
+        unbound: vec![],
+    };
+    let cmds = c.step(CoordEvent::Recover {
+        txns: vec![t],
+        now_ms: 0,
+    });
+    assert_eq!(
+        cmds,
+        vec![CoordCommand::ProposeToLedger(LedgerCommand::TxnDecide {
+            txn: TXN.into(),
+            shard: 0,
+            epoch: 2,
+            decision: TxnDecision::Abort,
+        })]
+    );
+}
+
+#[test]
+fn a_zero_limit_in_the_config_is_refused_naming_the_field() {
+    let err = CoordConfig {
+        max_in_flight: 0,
+        ..CoordConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "coordinator.maxInFlight: must be at least 1, got 0"
+    );
+    assert!(CoordConfig::default().validate().is_ok());
+    let err = ParticipantConfig {
+        max_in_flight: 0,
+        linger_ms: 0,
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "participant.maxInFlight: must be at least 1, got 0"
+    );
+    assert!(ParticipantConfig::default().validate().is_ok());
+}
+
+// ---- participant ----
+
+fn prepare(txn: &str, deadline_ms: u64) -> Prepare {
+    Prepare {
+        txn: txn.into(),
+        coordinator: 0,
+        gang: "ns/g".into(),
+        placements: vec![pod("ns/p1", "n1")],
+        deadline_ms,
+    }
+}
+
+fn part_reply(cmds: &[ParticipantCommand]) -> Option<PrepareReply> {
+    cmds.iter().find_map(|c| match c {
+        ParticipantCommand::Reply { reply, .. } => Some(reply.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_prepare_proposes_txn_reserve_of_its_part_at_the_participants_epoch() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    let cmds = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let ParticipantCommand::ProposeToLedger(LedgerCommand::TxnReserve {
+        txn,
+        shard,
+        epoch,
+        gang,
+    }) = &cmds[0]
+    else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((txn.as_str(), *shard, *epoch), (TXN, 1, 3));
+    assert_eq!(gang.pods, vec![pod("ns/p1", "n1")]);
+    assert_eq!(part_reply(&cmds), None, "it answers only after the ledger");
+}
+
+#[test]
+fn a_reservation_accepted_by_the_ledger_replies_prepared_to_the_coordinator() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let accepted = LedgerResponse::Gangs(vec![phalanx_statestore::GangOutcome {
+        gang: "ns/g".into(),
+        decision: phalanx_statestore::GangDecision::Accepted,
+    }]);
+    let result = reserve_result(1, &accepted);
+    let cmds = p.step(ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result,
+    });
+    assert_eq!(
+        cmds,
+        vec![ParticipantCommand::Reply {
+            to: 0,
+            txn: TXN.into(),
+            shard: 1,
+            reply: PrepareReply::Prepared
+        }]
+    );
+}
+
+#[test]
+fn a_reservation_refused_by_the_ledger_replies_refused_with_its_reason() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let r = Refusal::StaleEpoch {
+        shard: 1,
+        proposed: 3,
+        current: 4,
+    };
+    let result = reserve_result(1, &LedgerResponse::Refused(r));
+    let cmds = p.step(ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result,
+    });
+    assert_eq!(
+        part_reply(&cmds),
+        Some(PrepareReply::Refused(
+            "shard 1: stale epoch 3, current is 4".into()
+        ))
+    );
+}
+
+#[test]
+fn a_repeated_prepare_repeats_the_answer_or_reproposes_while_unknown() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let again = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    assert!(matches!(
+        again.as_slice(),
+        [ParticipantCommand::ProposeToLedger(_)]
+    ));
+    let dup = LedgerResponse::Refused(Refusal::TxnAlreadyReserved {
+        txn: TXN.into(),
+        shard: 1,
+    });
+    let result = reserve_result(1, &dup);
+    p.step(ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result,
+    });
+    let third = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    assert_eq!(part_reply(&third), Some(PrepareReply::Prepared));
+}
+
+#[test]
+fn a_prepare_past_its_deadline_or_beyond_the_bound_is_refused_without_a_proposal() {
+    let mut p = Participant::new(
+        1,
+        3,
+        ParticipantConfig {
+            max_in_flight: 1,
+            linger_ms: 0,
+        },
+    );
+    p.step(ParticipantEvent::Tick { now_ms: 50 });
+    let late = p.step(ParticipantEvent::Prepare(prepare(TXN, 50)));
+    assert!(matches!(part_reply(&late), Some(PrepareReply::Refused(r)) if r.contains("deadline")));
+    p.step(ParticipantEvent::Prepare(prepare("a", 100)));
+    let busy = p.step(ParticipantEvent::Prepare(prepare("b", 100)));
+    assert_eq!(busy.len(), 1);
+    assert!(matches!(part_reply(&busy), Some(PrepareReply::Refused(r)) if r.contains("in flight")));
+}
+
+#[test]
+fn a_decision_or_the_deadline_plus_linger_forgets_the_transaction() {
+    let mut p = Participant::new(
+        1,
+        3,
+        ParticipantConfig {
+            max_in_flight: 4,
+            linger_ms: 10,
+        },
+    );
+    p.step(ParticipantEvent::Prepare(prepare("a", 100)));
+    p.step(ParticipantEvent::Prepare(prepare("b", 100)));
+    p.step(ParticipantEvent::Decided {
+        txn: "a".into(),
+        decision: TxnDecision::Abort,
+    });
+    assert_eq!(p.in_flight(), 1);
+    p.step(ParticipantEvent::Tick { now_ms: 109 });
+    assert_eq!(p.in_flight(), 1);
+    p.step(ParticipantEvent::Tick { now_ms: 110 });
+    assert_eq!(p.in_flight(), 0);
+}
