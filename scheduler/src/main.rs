@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
-use phalanx_scheduler::simulate::scenario::{ScenarioOptions, render, run_workload};
+use phalanx_scheduler::model::ObjectKey;
+use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
+use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
 use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
 use phalanx_scheduler::simulate::{demo, generated};
 
@@ -70,6 +72,13 @@ struct SimulateArgs {
     /// Hide the progress bar of generated runs.
     #[arg(long)]
     quiet: bool,
+    /// With --nodes: a fairness run over these queues and weights (`a:1,b:2,c:3`). The first
+    /// queue fills the cluster alone, then the others arrive; prints each queue's GPU share.
+    #[arg(long, value_name = "NAME:WEIGHT,...")]
+    queues: Option<String>,
+    /// With --scenario: after the run, explain why this PodGroup is where it is.
+    #[arg(long, value_name = "NAMESPACE/PODGROUP")]
+    explain: Option<String>,
 }
 
 /// Exit codes of SCENARIOS.md.
@@ -118,6 +127,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         return scenario(path, &args, faults);
     }
     let result = match args.nodes {
+        Some(nodes) if args.queues.is_some() => fairness(nodes, &args),
         Some(nodes) => {
             let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
             spec.scheduler_name = args.scheduler_name.clone();
@@ -176,9 +186,31 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
     print!("{}", render(&report));
+    if let Some(key) = &args.explain {
+        println!();
+        print!("{}", explain(&report, &ObjectKey::parse(key)));
+    }
     if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_UNMET)
     }
+}
+
+fn fairness(nodes: usize, args: &SimulateArgs) -> anyhow::Result<String> {
+    let queues = fairness::parse_queues(args.queues.as_deref().unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("--queues: {e}"))?;
+    let spec = FairnessSpec {
+        nodes,
+        gpus_per_node: args.gpus_per_node,
+        jobs: args.jobs,
+        queues,
+        seed: args.seed,
+    };
+    let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
+    let report = fairness::run(&spec, &conf);
+    if !report.violations.is_empty() {
+        anyhow::bail!("{}invariants were violated", report.render());
+    }
+    Ok(report.render())
 }

@@ -7,7 +7,7 @@
 //! committed and the job goes back in line for its remaining (elastic) tasks; if the gang
 //! cannot become ready, everything it tentatively took is given back.
 
-use crate::actions::job_blocker;
+use crate::actions::job_block;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::framework::node_picker::NodePicker;
@@ -35,8 +35,8 @@ pub fn run(session: &mut Session) {
             // Without `enqueue`, allocate admits the job itself, as Volcano's does.
             session.state.jobs[job].phase = PodGroupPhase::Inqueue;
         }
-        if let Some(reason) = job_blocker(session, job) {
-            session.state.jobs[job].blocked_reason = Some(reason);
+        if let Some((code, reason)) = job_block(session, job) {
+            session.state.jobs[job].block(code, reason);
             continue;
         }
         let queue = session.state.jobs[job]

@@ -3,7 +3,7 @@
 //! capability). Only admitted gangs are placed by `allocate`, so a gang that can never fit
 //! does not hold anything. Queues take turns in queue order, one gang at a time.
 
-use crate::actions::job_blocker;
+use crate::actions::admission_block;
 use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::{JobId, QueueId, Session};
 use crate::model::PodGroupPhase;
@@ -14,23 +14,19 @@ pub fn run(session: &mut Session) {
         .collect();
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
-        if !j.is_pending_phase() {
+        if !j.is_pending_phase() || j.admission_released {
             continue;
         }
-        // Only a missing queue keeps a job from being considered. Whether the gang has its
-        // pods yet is not asked, as in Volcano: its job controller creates a Job's pods
-        // only once the PodGroup is Inqueue, so admission must come first.
-        let Some(queue) = j.queue else {
-            session.state.jobs[job].blocked_reason = job_blocker(session, job);
-            continue;
-        };
-        if !session.state.queues[queue].is_open() {
-            session.state.jobs[job].blocked_reason = Some(format!(
-                "queue {} is {:?} and admits no new PodGroups",
-                session.state.queues[queue].queue.name, session.state.queues[queue].queue.state
-            ));
+        // Whether the gang has its pods yet is not asked, as in Volcano: its job
+        // controller creates a Job's pods only once the PodGroup is Inqueue, so admission
+        // must come first.
+        if let Some((code, reason)) = admission_block(session, job) {
+            session.state.jobs[job].block(code, reason);
             continue;
         }
+        let queue = j
+            .queue
+            .expect("admission_block rejects jobs without a queue");
         let (state, plugins) = (&session.state, &session.plugins);
         per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
     }

@@ -1,6 +1,6 @@
 //! The seam between the scheduler and a cluster. The scheduler reads a [`ClusterSnapshot`]
-//! (a watch cache's view) and performs its plan through [`Cluster`]: binds, PodGroup
-//! status writes and Events. [`sim::SimCluster`] implements it in memory for
+//! (a watch cache's view) and performs its plan through [`Cluster`]: evictions, binds,
+//! PodGroup status writes and Events. [`sim::SimCluster`] implements it in memory for
 //! `phalanx simulate`, tests and benchmarks; the Kubernetes backend implements the same
 //! trait over the API server.
 
@@ -50,4 +50,8 @@ pub trait Cluster {
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError>;
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError>;
+    /// Evicts a pod for preempt or reclaim: in Kubernetes the Eviction API (which honours
+    /// PodDisruptionBudgets and may refuse with `Refused`); the simulator deletes the pod at
+    /// once and remembers it as evicted. Evicting a pod that is already gone is `NotFound`.
+    fn evict(&mut self, pod: &ObjectKey, reason: &str) -> Result<(), ClusterError>;
 }

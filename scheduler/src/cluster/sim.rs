@@ -32,6 +32,10 @@ pub struct SimCluster {
     /// Pods bound during this run (not those that were already running at the start).
     bound_here: BTreeSet<ObjectKey>,
     evicted: BTreeSet<ObjectKey>,
+    /// Evicted pods with a termination grace period, and when they will be gone.
+    terminating_until: BTreeMap<ObjectKey, TimeMs>,
+    /// Evicted pods gone since the last [`SimCluster::take_gone`].
+    gone: Vec<ObjectKey>,
     events: Vec<(TimeMs, Event)>,
     bind_calls: u64,
     /// GPU-milliseconds held by pods, and the part held by pods whose work had started.
@@ -130,22 +134,36 @@ impl SimCluster {
                 .is_some_and(|p| p.phase == PodPhase::Running)
     }
 
-    /// Deletes a pod as an eviction does, keeping a record that it was evicted.
-    pub fn evict(&mut self, pod: &ObjectKey) -> Result<(), ClusterError> {
-        if self.pods.remove(pod).is_none() {
-            return Err(ClusterError::NotFound {
-                kind: "pod",
-                key: pod.to_string(),
-            });
+    /// Adds objects to the running cluster (a workload that arrives later).
+    pub fn add(&mut self, pods: Vec<Pod>, pod_groups: Vec<PodGroup>) {
+        for g in pod_groups {
+            self.pod_groups.insert(g.key.clone(), g);
         }
-        self.work_started_ms.remove(pod);
-        self.evicted.insert(pod.clone());
-        Ok(())
+        for p in pods {
+            self.pods.insert(p.key.clone(), Arc::new(p));
+        }
     }
 
-    /// The next moment a running pod finishes, if any.
+    /// How many pods were evicted so far.
+    pub fn evicted_count(&self) -> usize {
+        self.evicted.len()
+    }
+
+    /// Evicted pods that are gone since the last call (their placements can be released).
+    pub fn take_gone(&mut self) -> Vec<ObjectKey> {
+        std::mem::take(&mut self.gone)
+    }
+
+    /// The pods evicted so far, by key.
+    pub fn evicted(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.evicted.iter()
+    }
+
+    /// The next moment a running pod finishes or a terminating pod is gone, if any.
     pub fn next_event_ms(&self) -> Option<TimeMs> {
-        self.work_started_ms
+        let gone = self.terminating_until.values().min().copied();
+        let finished = self
+            .work_started_ms
             .iter()
             .filter_map(|(key, start)| {
                 let pod = self.pods.get(key)?;
@@ -153,7 +171,11 @@ impl SimCluster {
                     .then(|| pod.sim_duration_ms.map(|d| start.saturating_add(d)))
                     .flatten()
             })
-            .min()
+            .min();
+        match (gone, finished) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Moves time forward to `t`, finishing every pod whose run time is over. Returns the
@@ -171,6 +193,17 @@ impl SimCluster {
         }
         self.now_ms = self.now_ms.max(t);
         let now = self.now_ms;
+        let gone: Vec<ObjectKey> = self
+            .terminating_until
+            .iter()
+            .filter(|&(_, &until)| until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            self.terminating_until.remove(&key);
+            self.pods.remove(&key);
+            self.gone.push(key);
+        }
         let mut finished = Vec::new();
         for (key, start) in &self.work_started_ms {
             let Some(pod) = self.pods.get_mut(key) else {
@@ -203,7 +236,10 @@ impl SimCluster {
             }
         }
         for pod in self.pods.values() {
-            if pod.phase != PodPhase::Running || self.work_started_ms.contains_key(&pod.key) {
+            if pod.phase != PodPhase::Running
+                || pod.terminating
+                || self.work_started_ms.contains_key(&pod.key)
+            {
                 continue;
             }
             let complete = match &pod.group {
@@ -282,6 +318,33 @@ impl Cluster for SimCluster {
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
         self.events.push((self.now_ms, event.clone()));
+        Ok(())
+    }
+
+    /// Deletes the pod, keeping a record that it was evicted. A pod with
+    /// `terminationGracePeriodSeconds` stays that long, terminating (it holds its node but
+    /// does no work); one without goes at once. Evicting a terminating pod again is a no-op.
+    fn evict(&mut self, pod: &ObjectKey, _reason: &str) -> Result<(), ClusterError> {
+        let Some(p) = self.pods.get_mut(pod) else {
+            return Err(ClusterError::NotFound {
+                kind: "pod",
+                key: pod.to_string(),
+            });
+        };
+        self.work_started_ms.remove(pod);
+        self.evicted.insert(pod.clone());
+        match p.termination_grace_ms.filter(|&g| g > 0) {
+            _ if p.terminating => {}
+            Some(grace) if p.node_name.is_some() => {
+                Arc::make_mut(p).terminating = true;
+                self.terminating_until
+                    .insert(pod.clone(), self.now_ms.saturating_add(grace));
+            }
+            _ => {
+                self.pods.remove(pod);
+                self.gone.push(pod.clone());
+            }
+        }
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 /// Actions phalanx implements, in the order they are usually listed.
-pub const KNOWN_ACTIONS: &[&str] = &["enqueue", "allocate", "backfill"];
+pub const KNOWN_ACTIONS: &[&str] = &["enqueue", "allocate", "preempt", "reclaim", "backfill"];
 
 /// Plugins phalanx implements.
 pub const KNOWN_PLUGINS: &[&str] = &[
@@ -20,10 +20,12 @@ pub const KNOWN_PLUGINS: &[&str] = &[
 ];
 
 /// The default configuration, used when a workload carries no scheduler ConfigMap. It is
-/// Volcano's default (`enqueue, allocate, backfill` with priority/gang/conformance in the
-/// first tier and overcommit/drf/predicates/proportion/nodeorder in the second).
+/// Volcano's default plugin tiers (priority/gang/conformance in the first tier and
+/// overcommit/drf/predicates/proportion/nodeorder in the second) with preempt and reclaim
+/// switched ON, in the order Volcano documents (`enqueue, allocate, preempt, reclaim,
+/// backfill`); docs/configuration.md says why.
 pub const DEFAULT_CONF: &str = r#"
-actions: "enqueue, allocate, backfill"
+actions: "enqueue, allocate, preempt, reclaim, backfill"
 tiers:
 - plugins:
   - name: priority
@@ -124,7 +126,7 @@ impl SchedulerConf {
     /// [`DEFAULT_CONF`] as a value (a test checks that the two agree).
     pub fn volcano_default() -> Self {
         Self::from_names(
-            &["enqueue", "allocate", "backfill"],
+            &["enqueue", "allocate", "preempt", "reclaim", "backfill"],
             &[
                 &["priority", "gang", "conformance"],
                 &["overcommit", "drf", "predicates", "proportion", "nodeorder"],

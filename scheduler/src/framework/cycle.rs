@@ -7,8 +7,10 @@
 use crate::actions;
 use crate::cluster::ClusterSnapshot;
 use crate::framework::SchedulerConf;
+use crate::framework::explain::gang_numbers;
 use crate::framework::plan::{CyclePlan, Event};
 use crate::framework::session::{JobId, Session, TaskStatus};
+use crate::framework::timeout::{TimeoutAction, format_duration};
 use crate::model::{PodGroupCondition, PodGroupPhase, PodGroupStatus};
 
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
@@ -29,11 +31,25 @@ pub fn run_cycle(
 }
 
 fn close(session: &mut Session) {
+    let now = session.state.now_ms;
     for job in 0..session.state.jobs.len() {
         if session.state.jobs[job].shadow {
             continue;
         }
         let status = job_status(session, job);
+        let j = &session.state.jobs[job];
+        if status.phase != PodGroupPhase::Running && status.phase != PodGroupPhase::Completed {
+            if let Some(deadline) = j.timeout.deadline_ms().filter(|&d| d > now) {
+                session.plan.wake_at(deadline);
+            }
+            if let (Some(since), Some(limit)) = (
+                status.inqueue_since_ms,
+                session.state.timeouts.inqueue_timeout_ms,
+            ) && since.saturating_add(limit) > now
+            {
+                session.plan.wake_at(since.saturating_add(limit));
+            }
+        }
         let old = &session.state.jobs[job].pod_group.status;
         if status != *old {
             let key = session.state.jobs[job].key().clone();
@@ -50,14 +66,17 @@ fn close(session: &mut Session) {
                 != old.conditions.last().map(|c| (&c.kind, &c.message))
                 && let Some(c) = new_condition
             {
+                let unschedulable = c.kind == CONDITION_UNSCHEDULABLE;
                 session.plan.events.push(Event {
                     object: key.clone(),
-                    kind: if c.kind == CONDITION_UNSCHEDULABLE {
-                        "Warning"
+                    kind: if unschedulable { "Warning" } else { "Normal" },
+                    // Unschedulable events carry the condition's reason (NotEnoughResources,
+                    // Timeout, QueueNotFound, ...), as Volcano's do.
+                    reason: if unschedulable {
+                        c.reason.clone()
                     } else {
-                        "Normal"
+                        c.kind.clone()
                     },
-                    reason: c.kind.clone(),
                     message: c.message.clone(),
                 });
             }
@@ -84,6 +103,11 @@ pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
     }
     if parts.is_empty() {
         return None;
+    }
+    if j.blocked_code.is_none()
+        && let Some(numbers) = gang_numbers(state, job)
+    {
+        parts.insert(0, numbers);
     }
     let ready = j.ready_count;
     Some(format!(
@@ -115,8 +139,13 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
     }
     let ready = session.plugins.job_ready(state, job);
     let reason = pending_reason(session, job);
-    let unschedulable = !ready && reason.is_some();
-    let phase = if running > 0 && unschedulable && j.ready_count < j.min_available() {
+    let timed_out = j.timed_out(state.now_ms);
+    let stopped = timed_out && j.timeout.action == TimeoutAction::Stop;
+    let pipelined = !ready && j.pipelined_count > 0 && session.plugins.job_pipelined(state, job);
+    let unschedulable = !ready && !pipelined && (reason.is_some() || timed_out);
+    let phase = if stopped && running == 0 {
+        PodGroupPhase::Pending
+    } else if running > 0 && unschedulable && j.ready_count < j.min_available() {
         PodGroupPhase::Unknown
     } else if j.ready_count >= j.min_available() {
         if succeeded > 0 && succeeded == j.ready_count {
@@ -130,10 +159,28 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
         PodGroupPhase::Pending
     };
 
-    let condition = if unschedulable {
+    let condition = if unschedulable && timed_out {
+        let t = &j.timeout;
         Some((
             CONDITION_UNSCHEDULABLE,
-            "NotEnoughResources",
+            "Timeout",
+            format!(
+                "not scheduled within its schedule-timeout {} (created at {}, now {}); {}{}",
+                format_duration(t.timeout_ms.unwrap_or(0)),
+                format_duration(t.created_ms),
+                format_duration(state.now_ms),
+                if stopped {
+                    "timeout-action stop: no longer scheduled"
+                } else {
+                    "timeout-action retry: still trying"
+                },
+                reason.map(|r| format!(": {r}")).unwrap_or_default()
+            ),
+        ))
+    } else if unschedulable {
+        Some((
+            CONDITION_UNSCHEDULABLE,
+            j.blocked_code.unwrap_or("NotEnoughResources"),
             reason.unwrap_or_default(),
         ))
     } else if ready && j.ready_count > 0 {
@@ -166,11 +213,19 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
             });
         }
     }
+    let inqueue_since_ms = match phase {
+        PodGroupPhase::Inqueue => old
+            .inqueue_since_ms
+            .filter(|_| old.phase == PodGroupPhase::Inqueue)
+            .or(Some(state.now_ms)),
+        _ => None,
+    };
     PodGroupStatus {
         phase,
         running,
         succeeded,
         failed,
         conditions,
+        inqueue_since_ms,
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod conf;
 pub mod cycle;
+pub mod explain;
 pub mod fit;
 pub mod node_picker;
 pub mod ordered_queue;
@@ -15,11 +16,12 @@ pub mod session;
 pub mod statement;
 #[cfg(test)]
 pub mod testing;
+pub mod timeout;
 
 pub use conf::SchedulerConf;
 pub use cycle::run_cycle;
 pub use fit::{FitErrors, Unfit};
-pub use plan::{CyclePlan, Event, GangPlacement, Placement};
+pub use plan::{CyclePlan, Event, Eviction, GangPlacement, Placement};
 pub use plugin::{Invalid, Plugin, Vote};
 pub use plugin_set::PluginSet;
 pub use session::{JobId, NodeId, QueueId, Session, SessionState, TaskId, TaskStatus};

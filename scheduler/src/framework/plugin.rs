@@ -83,6 +83,26 @@ pub trait Plugin: std::fmt::Debug + Send {
     fn victim_allowed(&self, _state: &SessionState, _task: TaskId) -> Option<bool> {
         None
     }
+    /// May the starving job `preemptor` evict `victims` (bound or running tasks of ONE other
+    /// job in the same queue, not yet evicted) to make room? `None` abstains.
+    fn preemptable(
+        &self,
+        _state: &SessionState,
+        _preemptor: JobId,
+        _victims: &[TaskId],
+    ) -> Option<bool> {
+        None
+    }
+    /// May the starving job `reclaimer` take back `victims` (bound or running tasks of ONE
+    /// job of another queue, not yet evicted)? `None` abstains.
+    fn reclaimable(
+        &self,
+        _state: &SessionState,
+        _reclaimer: JobId,
+        _victims: &[TaskId],
+    ) -> Option<bool> {
+        None
+    }
 
     fn on_job_enqueued(&mut self, _state: &SessionState, _job: JobId) {}
     fn on_allocate(&mut self, _state: &SessionState, _task: TaskId) {}

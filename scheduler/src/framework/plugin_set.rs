@@ -11,6 +11,7 @@
 //! | job pipelined, enqueueable | per tier: any Reject refuses; else any Permit accepts; else next tier; default accept |
 //! | job starving | the first tier with an enabled plugin decides; all of that tier must agree |
 //! | overused | any plugin saying overused decides |
+//! | victim allowed, preemptable, reclaimable | every enabled plugin must agree |
 
 use std::cmp::Ordering;
 
@@ -233,6 +234,20 @@ impl PluginSet {
         self.entries()
             .filter(|e| on(e.hooks.overused))
             .any(|e| e.plugin.overused(state, queue) == Some(true))
+    }
+
+    /// Every plugin with `enablePreemptable` on must not refuse.
+    pub fn preemptable(&self, state: &SessionState, preemptor: JobId, victims: &[TaskId]) -> bool {
+        self.entries()
+            .filter(|e| on(e.hooks.preemptable))
+            .all(|e| e.plugin.preemptable(state, preemptor, victims) != Some(false))
+    }
+
+    /// Every plugin with `enableReclaimable` on must not refuse.
+    pub fn reclaimable(&self, state: &SessionState, reclaimer: JobId, victims: &[TaskId]) -> bool {
+        self.entries()
+            .filter(|e| on(e.hooks.reclaimable))
+            .all(|e| e.plugin.reclaimable(state, reclaimer, victims) != Some(false))
     }
 
     pub fn victim_allowed(&self, state: &SessionState, task: TaskId) -> bool {

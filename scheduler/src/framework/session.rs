@@ -12,9 +12,12 @@ use crate::cluster::ClusterSnapshot;
 use crate::framework::conf::SchedulerConf;
 use crate::framework::fit::FitErrors;
 use crate::framework::plan::CyclePlan;
+use crate::framework::plan::Event;
 use crate::framework::plugin_set::PluginSet;
+use crate::framework::timeout::{GangTimeout, TimeoutDefaults, format_duration};
 use crate::model::{
-    Node, ObjectKey, Pod, PodGroup, PodGroupPhase, PodPhase, Queue, QueueState, Resources, TimeMs,
+    Node, ObjectKey, PREEMPTABLE_ANNOTATION, Pod, PodGroup, PodGroupPhase, PodPhase,
+    PreemptionPolicy, Queue, QueueState, Resources, TimeMs,
 };
 
 pub type NodeId = usize;
@@ -34,12 +37,26 @@ pub enum TaskStatus {
     Running,
     Succeeded,
     Failed,
+    /// Chosen as a victim by preempt or reclaim in this cycle: still on its node until the
+    /// eviction is performed, but no longer counted for its job or queue.
+    Releasing,
+    /// Given a node whose resources are still held by Releasing victims (Volcano's
+    /// pipelined): not bound in this cycle; placed again in a later one, once they are gone.
+    Pipelined,
 }
 
 impl TaskStatus {
     /// Holds resources on its node.
     pub fn occupies_node(self) -> bool {
-        matches!(self, Self::Allocated | Self::Bound | Self::Running)
+        matches!(
+            self,
+            Self::Allocated | Self::Bound | Self::Running | Self::Releasing
+        )
+    }
+
+    /// May be chosen as a victim: bound or running before this cycle began.
+    pub fn is_evictable(self) -> bool {
+        matches!(self, Self::Bound | Self::Running)
     }
 
     /// Counts towards a gang's readiness (Volcano's "allocated" statuses plus Succeeded).
@@ -59,6 +76,12 @@ pub struct NodeInfo {
     /// `allocatable - used`; negative entries mean the node is over-committed.
     pub idle: Resources,
     pub pod_count: i64,
+    /// Requests of this cycle's victims on the node (they still hold them).
+    pub releasing: Resources,
+    pub releasing_pods: i64,
+    /// Requests of tasks pipelined onto the node (waiting for the victims to go).
+    pub pipelined: Resources,
+    pub pipelined_pods: i64,
 }
 
 impl NodeInfo {
@@ -69,7 +92,24 @@ impl NodeInfo {
             used: Resources::new(),
             idle,
             pod_count: 0,
+            releasing: Resources::new(),
+            releasing_pods: 0,
+            pipelined: Resources::new(),
+            pipelined_pods: 0,
         }
+    }
+
+    /// What will be free once this cycle's victims are gone and pipelined tasks arrive:
+    /// `idle + releasing - pipelined` (Volcano's FutureIdle).
+    pub fn future_idle(&self) -> Resources {
+        let mut out = self.idle.plus(&self.releasing);
+        out.sub(&self.pipelined);
+        out
+    }
+
+    /// Pods on the node once victims are gone and pipelined tasks arrive.
+    pub fn future_pod_count(&self) -> i64 {
+        self.pod_count - self.releasing_pods + self.pipelined_pods
     }
 
     pub fn name(&self) -> &str {
@@ -104,6 +144,10 @@ pub struct TaskInfo {
     pub role: String,
     /// Tasks with equal keys get equal predicate results and node scores on equal nodes.
     pub placement_key: u64,
+    /// False when the pod carries `volcano.sh/preemptable: "false"`: never a victim.
+    pub preemptable: bool,
+    /// False when its `preemptionPolicy` (the pod's, else its PriorityClass's) is `Never`.
+    pub may_preempt: bool,
 }
 
 impl TaskInfo {
@@ -140,6 +184,15 @@ pub struct JobInfo {
     pub fit_errors: FitErrors,
     /// Why the job as a whole was not scheduled this cycle (invalid, not enqueued, ...).
     pub blocked_reason: Option<String>,
+    /// The condition reason for `blocked_reason` (`QueueNotFound`, `QueueClosed`, ...).
+    pub blocked_code: Option<&'static str>,
+    /// Tasks pipelined this cycle (placed on resources that victims are releasing).
+    pub pipelined_count: u32,
+    /// Its schedule timeout (creation time, timeout, what to do then).
+    pub timeout: GangTimeout,
+    /// Sent back to Pending at the start of this cycle by the inqueue timeout; not admitted
+    /// again in this cycle.
+    pub admission_released: bool,
     /// For a pod whose `scheduling.k8s.io/group-name` names a PodGroup that does not exist:
     /// that name. Such a pod is never placed.
     pub missing_group: Option<String>,
@@ -161,6 +214,17 @@ impl JobInfo {
 
     pub fn is_pending_phase(&self) -> bool {
         self.phase == PodGroupPhase::Pending
+    }
+
+    /// Records why the job is not scheduled, with the condition reason to show.
+    pub fn block(&mut self, code: &'static str, message: String) {
+        self.blocked_code = Some(code);
+        self.blocked_reason = Some(message);
+    }
+
+    /// The schedule timeout has passed and the gang still has not started.
+    pub fn timed_out(&self, now_ms: TimeMs) -> bool {
+        self.timeout.expired(now_ms) && self.ready_count < self.min_available()
     }
 }
 
@@ -201,6 +265,10 @@ pub struct SessionState {
     /// Priority of each PriorityClass by name, and the global default's value.
     pub priority_classes: HashMap<String, i32>,
     pub default_priority: i32,
+    /// Classes whose `preemptionPolicy` is `Never`.
+    pub never_preempt_classes: Vec<String>,
+    /// Timeout defaults of the configuration.
+    pub timeouts: TimeoutDefaults,
 }
 
 /// A scheduling session: the state plus the plugins chosen by the configuration.
@@ -216,7 +284,15 @@ impl Session {
     /// Builds the session for one cycle. `scheduler_name` selects the pods this scheduler
     /// places; every other pod is accounted on its node but never moved.
     pub fn open(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> Self {
-        let state = SessionState::build(snapshot, scheduler_name);
+        let mut state = SessionState::build(snapshot, scheduler_name);
+        state.timeouts = TimeoutDefaults::from_conf(conf);
+        for job in &mut state.jobs {
+            job.timeout = GangTimeout::resolve(&job.pod_group, &state.timeouts);
+        }
+        let mut events = Vec::new();
+        if conf.actions.iter().any(|a| a == "enqueue") {
+            events = state.release_expired_admissions();
+        }
         let plugins = PluginSet::from_conf(conf);
         let mut session = Session {
             state,
@@ -224,6 +300,7 @@ impl Session {
             conf: conf.clone(),
             plan: CyclePlan::default(),
         };
+        session.plan.events = events;
         session.plugins.on_session_open(&session.state);
         session
     }
@@ -238,6 +315,29 @@ impl Session {
     pub(crate) fn deallocate_task(&mut self, task: TaskId) {
         self.plugins.on_deallocate(&self.state, task);
         self.state.deallocate(task);
+    }
+
+    /// Marks a running task as a victim; its job and queue stop counting it (plugins see it
+    /// as a deallocation). Called by `Statement` only.
+    pub(crate) fn evict_task(&mut self, task: TaskId) {
+        self.plugins.on_deallocate(&self.state, task);
+        self.state.evict(task);
+    }
+
+    pub(crate) fn unevict_task(&mut self, task: TaskId) {
+        self.state.unevict(task);
+        self.plugins.on_allocate(&self.state, task);
+    }
+
+    /// Places a task on resources victims are releasing. Called by `Statement` only.
+    pub(crate) fn pipeline_task(&mut self, task: TaskId, node: NodeId) {
+        self.state.pipeline(task, node);
+        self.plugins.on_allocate(&self.state, task);
+    }
+
+    pub(crate) fn unpipeline_task(&mut self, task: TaskId) {
+        self.plugins.on_deallocate(&self.state, task);
+        self.state.unpipeline(task);
     }
 }
 
@@ -258,10 +358,14 @@ impl SessionState {
 
         let mut priority_classes = HashMap::new();
         let mut default_priority = 0;
+        let mut never_preempt_classes = Vec::new();
         for pc in &snapshot.priority_classes {
             priority_classes.insert(pc.name.clone(), pc.value);
             if pc.global_default {
                 default_priority = pc.value;
+            }
+            if pc.preemption_policy == PreemptionPolicy::Never {
+                never_preempt_classes.push(pc.name.clone());
             }
         }
 
@@ -294,6 +398,8 @@ impl SessionState {
             over_committed: Resources::new(),
             priority_classes,
             default_priority,
+            never_preempt_classes,
+            timeouts: TimeoutDefaults::default(),
         };
 
         let mut job_index: HashMap<ObjectKey, JobId> = HashMap::new();
@@ -338,6 +444,10 @@ impl SessionState {
             pending_best_effort: 0,
             fit_errors: FitErrors::default(),
             blocked_reason: None,
+            blocked_code: None,
+            pipelined_count: 0,
+            timeout: GangTimeout::default(),
+            admission_released: false,
             missing_group: None,
         });
         id
@@ -356,6 +466,8 @@ impl SessionState {
         let status = match (pod.phase, &pod.node_name) {
             (PodPhase::Succeeded, _) => TaskStatus::Succeeded,
             (PodPhase::Failed, _) => TaskStatus::Failed,
+            // Going away (an earlier cycle's victim): holds its node until it is gone.
+            (_, Some(_)) if pod.terminating => TaskStatus::Releasing,
             (PodPhase::Running, Some(_)) => TaskStatus::Running,
             (_, Some(_)) => TaskStatus::Bound,
             (_, None) => TaskStatus::Pending,
@@ -379,8 +491,17 @@ impl SessionState {
                 }
                 None => None,
             },
-            None if managed && status == TaskStatus::Pending => {
-                // A managed pod without a PodGroup is a gang of one.
+            None if managed
+                && matches!(
+                    status,
+                    TaskStatus::Pending
+                        | TaskStatus::Bound
+                        | TaskStatus::Running
+                        | TaskStatus::Releasing
+                ) =>
+            {
+                // A managed pod without a PodGroup is a gang of one (Volcano's shadow
+                // PodGroup), running or not: it counts in its queue and may be a victim.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);
                 shadow.priority_class_name = pod.priority_class_name.clone();
                 shadow.creation_index = pod.creation_index;
@@ -393,6 +514,17 @@ impl SessionState {
         };
         let priority = self.resolve_priority(pod.priority, pod.priority_class_name.as_deref());
         let role = pod.task_role.clone().unwrap_or_default();
+        let preemptable = pod
+            .annotations
+            .get(PREEMPTABLE_ANNOTATION)
+            .is_none_or(|v| v.trim() != "false");
+        let may_preempt = match pod.preemption_policy {
+            Some(policy) => policy != PreemptionPolicy::Never,
+            None => !pod
+                .priority_class_name
+                .as_ref()
+                .is_some_and(|c| self.never_preempt_classes.contains(c)),
+        };
         let id = self.tasks.len();
         self.tasks.push(TaskInfo {
             pod: Arc::clone(pod),
@@ -407,12 +539,14 @@ impl SessionState {
             priority,
             role,
             placement_key: placement_key(pod),
+            preemptable,
+            may_preempt,
         });
         let task = &self.tasks[id];
         if let Some(j) = task.job {
             let job = &mut self.jobs[j];
             job.tasks.push(id);
-            if status != TaskStatus::Failed {
+            if status != TaskStatus::Failed && status != TaskStatus::Releasing {
                 job.valid_count += 1;
             }
             if status.is_ready() {
@@ -422,7 +556,16 @@ impl SessionState {
                 job.pending_best_effort += 1;
             }
         }
-        if status.occupies_node() {
+        if status == TaskStatus::Releasing {
+            // Held on the node, released in the future; not its job's or queue's any more.
+            let req = self.tasks[id].pod.requests.clone();
+            if let Some(n) = node {
+                self.nodes[n].take(&req);
+                self.nodes[n].releasing.add(&req);
+                self.nodes[n].releasing_pods += 1;
+                self.total_used.add(&req);
+            }
+        } else if status.occupies_node() {
             let req = self.tasks[id].pod.requests.clone();
             // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
             // nothing that this cycle could place on; its job and queue still count it.
@@ -501,6 +644,135 @@ impl SessionState {
         }
     }
 
+    /// Sends gangs admitted longer than `inqueue-timeout` ago and still not started back to
+    /// Pending before any plugin counts their admission, so what admission reserved for them
+    /// goes to others in this very cycle (Volcano issue #5006). Returns the Events.
+    fn release_expired_admissions(&mut self) -> Vec<Event> {
+        let Some(limit) = self.timeouts.inqueue_timeout_ms else {
+            return Vec::new();
+        };
+        let now = self.now_ms;
+        let mut events = Vec::new();
+        for j in &mut self.jobs {
+            let Some(since) = j.pod_group.status.inqueue_since_ms else {
+                continue;
+            };
+            if j.shadow
+                || j.phase != PodGroupPhase::Inqueue
+                || j.ready_count > 0
+                || now < since.saturating_add(limit)
+            {
+                continue;
+            }
+            let message = format!(
+                "admitted {} ago (inqueue-timeout {}) and still not placed; admission released, back to Pending",
+                format_duration(now - since),
+                format_duration(limit)
+            );
+            j.phase = PodGroupPhase::Pending;
+            j.admission_released = true;
+            j.block("InqueueTimeout", message.clone());
+            events.push(Event {
+                object: j.key().clone(),
+                kind: "Warning",
+                reason: "InqueueTimeout".into(),
+                message,
+            });
+        }
+        events
+    }
+
+    fn evict(&mut self, task: TaskId) {
+        let t = &mut self.tasks[task];
+        debug_assert!(
+            t.status.is_evictable(),
+            "only bound or running tasks are evicted"
+        );
+        let node = t.node.expect("an evictable task has a node");
+        t.status = TaskStatus::Releasing;
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        let n = &mut self.nodes[node];
+        n.releasing.add(&req);
+        n.releasing_pods += 1;
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.ready_count -= 1;
+            job.allocated.sub(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.sub(&req);
+            }
+        }
+    }
+
+    fn unevict(&mut self, task: TaskId) {
+        let t = &mut self.tasks[task];
+        debug_assert_eq!(t.status, TaskStatus::Releasing);
+        let node = t.node.expect("a releasing task has a node");
+        t.status = if t.pod.phase == PodPhase::Running {
+            TaskStatus::Running
+        } else {
+            TaskStatus::Bound
+        };
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        let n = &mut self.nodes[node];
+        n.releasing.sub(&req);
+        n.releasing_pods -= 1;
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.ready_count += 1;
+            job.allocated.add(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.add(&req);
+            }
+        }
+    }
+
+    fn pipeline(&mut self, task: TaskId, node: NodeId) {
+        let t = &mut self.tasks[task];
+        debug_assert_eq!(
+            t.status,
+            TaskStatus::Pending,
+            "only pending tasks are pipelined"
+        );
+        t.status = TaskStatus::Pipelined;
+        t.node = Some(node);
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        let n = &mut self.nodes[node];
+        n.pipelined.add(&req);
+        n.pipelined_pods += 1;
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.pipelined_count += 1;
+            job.allocated.add(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.add(&req);
+            }
+        }
+    }
+
+    fn unpipeline(&mut self, task: TaskId) {
+        let t = &mut self.tasks[task];
+        debug_assert_eq!(t.status, TaskStatus::Pipelined);
+        let node = t.node.take().expect("a pipelined task has a node");
+        t.status = TaskStatus::Pending;
+        let req = t.pod.requests.clone();
+        let job = t.job;
+        let n = &mut self.nodes[node];
+        n.pipelined.sub(&req);
+        n.pipelined_pods -= 1;
+        if let Some(j) = job {
+            let job = &mut self.jobs[j];
+            job.pipelined_count -= 1;
+            job.allocated.sub(&req);
+            if let Some(q) = job.queue {
+                self.queues[q].allocated.sub(&req);
+            }
+        }
+    }
+
     /// Ready tasks per role, for `minTaskMember`.
     pub fn ready_by_role(&self, job: JobId) -> BTreeMap<&str, u32> {
         let mut out = BTreeMap::new();
@@ -518,7 +790,7 @@ impl SessionState {
         let mut out = BTreeMap::new();
         for &t in &self.jobs[job].tasks {
             let task = &self.tasks[t];
-            if task.status != TaskStatus::Failed {
+            if task.status != TaskStatus::Failed && task.status != TaskStatus::Releasing {
                 *out.entry(task.role.as_str()).or_insert(0) += 1;
             }
         }

@@ -442,9 +442,13 @@ mod tests {
     const SEED: &str = "actions: \"enqueue, allocate, backfill\"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n  - name: binpack\n- plugins:\n  - name: overcommit\n  - name: reclaim\n  - name: cdp\n";
 
     #[test]
-    fn default_configuration_is_volcanos_default() {
+    fn default_configuration_is_volcanos_default_with_preempt_and_reclaim_on() {
         let conf = default_scheduler_conf();
-        assert_eq!(conf.actions, vec!["enqueue", "allocate", "backfill"]);
+        assert_eq!(conf, SchedulerConf::volcano_default());
+        assert_eq!(
+            conf.actions,
+            vec!["enqueue", "allocate", "preempt", "reclaim", "backfill"]
+        );
         let names: Vec<Vec<&str>> = conf
             .tiers
             .iter()
@@ -531,13 +535,16 @@ mod tests {
     #[test]
     fn unimplemented_volcano_actions_are_skipped_with_a_warning() {
         let (conf, warnings) = parse_scheduler_conf(
-            "actions: \"enqueue, allocate, preempt, reclaim, backfill\"\n",
+            "actions: \"enqueue, allocate, preempt, shuffle, reclaim, backfill\"\n",
             false,
         )
         .unwrap();
-        assert_eq!(conf.actions, vec!["enqueue", "allocate", "backfill"]);
-        assert_eq!(warnings.len(), 2);
-        assert!(warnings[0].contains("`preempt`"));
+        assert_eq!(
+            conf.actions,
+            vec!["enqueue", "allocate", "preempt", "reclaim", "backfill"]
+        );
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("`shuffle`"));
     }
 
     #[test]

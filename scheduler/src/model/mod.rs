@@ -69,6 +69,18 @@ pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
 pub const TASK_SPEC_ANNOTATION: &str = "volcano.sh/task-spec";
 /// phalanx's annotation for how long a pod runs in the simulator (`90s`, `10m`).
 pub const SIM_DURATION_ANNOTATION: &str = "phalanx.dev/sim-duration";
+/// Volcano's pod annotation: `"false"` protects the pod from preempt and reclaim.
+pub const PREEMPTABLE_ANNOTATION: &str = "volcano.sh/preemptable";
+/// PodGroup annotation: how long a gang may wait to be placed (`10m`) before it is marked
+/// `Unschedulable` with reason `Timeout` (docs/configuration.md).
+pub const SCHEDULE_TIMEOUT_ANNOTATION: &str = "phalanx.dev/schedule-timeout";
+/// PodGroup annotation: what happens once the schedule timeout has passed: `retry` (the
+/// default: keep trying) or `stop` (stop trying and release its admission).
+pub const TIMEOUT_ACTION_ANNOTATION: &str = "phalanx.dev/timeout-action";
+/// PodGroup annotation for the simulator: when the PodGroup was created, as a duration since
+/// the start of the run (`30s`). Without it a PodGroup is created at time 0. In Kubernetes
+/// `metadata.creationTimestamp` plays this part.
+pub const SIM_CREATED_AT_ANNOTATION: &str = "phalanx.dev/sim-created-at";
 /// The default scheduler name phalanx places pods for.
 pub const DEFAULT_SCHEDULER_NAME: &str = "phalanx";
 /// The queue that exists unless a workload declares one of the same name.

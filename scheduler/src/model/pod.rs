@@ -34,6 +34,12 @@ pub struct Pod {
     pub creation_index: u64,
     /// How long the pod runs once started, in the simulator (`phalanx.dev/sim-duration`).
     pub sim_duration_ms: Option<TimeMs>,
+    /// `metadata.deletionTimestamp` is set: the pod is going away (evicted, deleted) but
+    /// holds its node's resources until it is gone.
+    pub terminating: bool,
+    /// `spec.terminationGracePeriodSeconds`: how long a deleted pod takes to go away. The
+    /// simulator deletes at once when it is unset.
+    pub termination_grace_ms: Option<TimeMs>,
 }
 
 impl Pod {
@@ -57,6 +63,8 @@ impl Pod {
             task_role: None,
             creation_index: 0,
             sim_duration_ms: None,
+            terminating: false,
+            termination_grace_ms: None,
         }
     }
 

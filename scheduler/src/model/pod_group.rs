@@ -44,6 +44,9 @@ pub struct PodGroupStatus {
     pub succeeded: u32,
     pub failed: u32,
     pub conditions: Vec<PodGroupCondition>,
+    /// When the PodGroup last became Inqueue (admitted); `None` while Pending. phalanx's
+    /// addition, so admission can be released after a configurable time.
+    pub inqueue_since_ms: Option<TimeMs>,
 }
 
 /// Volcano's PodGroup phases.

@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::framework::{Invalid, JobId, Plugin, SessionState, Vote};
+use crate::framework::{Invalid, JobId, Plugin, SessionState, TaskId, TaskStatus, Vote};
 
 #[derive(Debug)]
 pub struct GangPlugin;
@@ -27,6 +27,37 @@ pub fn is_ready(state: &SessionState, job: JobId) -> bool {
         .min_task_member
         .iter()
         .all(|(role, min)| ready.get(role.as_str()).copied().unwrap_or(0) >= *min)
+}
+
+/// Victims (of one job) may go when the job keeps `minMember` (and every `minTaskMember`)
+/// without them, or when they are the whole running gang: a gang is never left below its
+/// minimum, it is evicted whole or not at all.
+pub fn keeps_gangs_whole(state: &SessionState, victims: &[TaskId]) -> bool {
+    let Some(job) = victims.first().and_then(|&v| state.tasks[v].job) else {
+        return true;
+    };
+    let j = &state.jobs[job];
+    let holding = j
+        .tasks
+        .iter()
+        .filter(|&&t| {
+            state.tasks[t].status.is_evictable() || state.tasks[t].status == TaskStatus::Allocated
+        })
+        .count();
+    if victims.len() >= holding {
+        return true;
+    }
+    if (j.ready_count as usize) < victims.len() + j.min_available() as usize {
+        return false;
+    }
+    let ready = state.ready_by_role(job);
+    j.pod_group.min_task_member.iter().all(|(role, min)| {
+        let leaving = victims
+            .iter()
+            .filter(|&&v| state.tasks[v].role == *role)
+            .count() as u32;
+        ready.get(role.as_str()).copied().unwrap_or(0) >= min + leaving
+    })
 }
 
 impl Plugin for GangPlugin {
@@ -68,7 +99,10 @@ impl Plugin for GangPlugin {
     }
 
     fn job_pipelined(&self, state: &SessionState, job: JobId) -> Vote {
-        if is_ready(state, job) {
+        let j = &state.jobs[job];
+        if is_ready(state, job)
+            || j.ready_count + j.pipelined_count + j.pending_best_effort >= j.min_available()
+        {
             Vote::Permit
         } else {
             Vote::Reject
@@ -77,6 +111,24 @@ impl Plugin for GangPlugin {
 
     fn job_starving(&self, state: &SessionState, job: JobId) -> Option<bool> {
         Some(!is_ready(state, job))
+    }
+
+    fn preemptable(
+        &self,
+        state: &SessionState,
+        _preemptor: JobId,
+        victims: &[TaskId],
+    ) -> Option<bool> {
+        Some(keeps_gangs_whole(state, victims))
+    }
+
+    fn reclaimable(
+        &self,
+        state: &SessionState,
+        _reclaimer: JobId,
+        victims: &[TaskId],
+    ) -> Option<bool> {
+        Some(keeps_gangs_whole(state, victims))
     }
 
     fn job_order(&self, state: &SessionState, a: JobId, b: JobId) -> Ordering {

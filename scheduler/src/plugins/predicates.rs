@@ -1,10 +1,10 @@
 //! `predicates`: Kubernetes' node filters. A node is refused when it is cordoned
-//! (`spec.unschedulable`, unless the pod tolerates `node.kubernetes.io/unschedulable`), runs
-//! its maximum number of pods, lacks free resources, misses a `nodeSelector` label, matches
-//! none of the required node-affinity terms, or has a NoSchedule/NoExecute taint the pod does
-//! not tolerate.
+//! (`spec.unschedulable`, unless the pod tolerates `node.kubernetes.io/unschedulable`),
+//! misses a `nodeSelector` label, matches none of the required node-affinity terms, or has a
+//! NoSchedule/NoExecute taint the pod does not tolerate. Free resources and pod slots are
+//! not a predicate: the framework checks them always (`node_picker::capacity_fit`), and
+//! preempt/reclaim check them against what the node will have once victims are gone.
 
-use crate::framework::node_picker::capacity_fit;
 use crate::framework::{NodeId, Plugin, SessionState, TaskId, Unfit};
 use crate::model::selector::{first_untolerated_taint, node_selector_matches};
 use crate::model::{Taint, TaintEffect};
@@ -32,7 +32,6 @@ impl Plugin for PredicatesPlugin {
                 return Err(Unfit::Unschedulable);
             }
         }
-        capacity_fit(state, task, node)?;
         if !node_selector_matches(&pod.node_selector, n) {
             return Err(Unfit::NodeSelectorMismatch);
         }

@@ -18,6 +18,22 @@ impl Plugin for PriorityPlugin {
         state.jobs[b].priority.cmp(&state.jobs[a].priority)
     }
 
+    /// Only jobs of strictly lower priority are preempted: two jobs of equal priority can
+    /// never take turns evicting each other.
+    fn preemptable(
+        &self,
+        state: &SessionState,
+        preemptor: JobId,
+        victims: &[TaskId],
+    ) -> Option<bool> {
+        let p = state.jobs[preemptor].priority;
+        Some(victims.iter().all(|&v| {
+            state.tasks[v]
+                .job
+                .is_some_and(|j| j != preemptor && state.jobs[j].priority < p)
+        }))
+    }
+
     fn task_order(&self, state: &SessionState, a: TaskId, b: TaskId) -> Ordering {
         state.tasks[b].priority.cmp(&state.tasks[a].priority)
     }

@@ -8,12 +8,13 @@
 //! out, and what they leave is split again, until nothing changes. A `spec.deserved` set on
 //! the queue replaces the computed amount (capped the same way).
 //!
-//! With deserved shares known: queues are ordered by share (allocated / deserved, the largest
-//! fraction over resources), a queue whose allocation reaches its deserved amount in every
+//! With deserved shares known: queues are ordered by `spec.priority` (higher first), then by
+//! share (allocated / deserved, the largest fraction over resources), a queue whose allocation reaches its deserved amount in every
 //! resource is *overused* and gets nothing more this cycle, a task is *allocatable* only if the
 //! queue stays within its deserved amount on the resources the task asks for, and a gang is
 //! *enqueueable* only if its `minResources`, plus what the queue holds and has admitted, stay
-//! within the queue's real capability.
+//! within the queue's real capability and, on resources the queue cannot have all it asks
+//! for, the queue has not yet allocated and admitted its deserved amount.
 
 use std::cmp::Ordering;
 
@@ -204,8 +205,14 @@ impl Plugin for ProportionPlugin {
         self.queues = compute_deserved(state);
     }
 
+    /// Higher `spec.priority` first, then the least-served (smallest share) first.
     fn queue_order(&self, state: &SessionState, a: QueueId, b: QueueId) -> Ordering {
-        self.share(state, a).total_cmp(&self.share(state, b))
+        let (pa, pb) = (
+            state.queues[a].queue.priority,
+            state.queues[b].queue.priority,
+        );
+        pb.cmp(&pa)
+            .then_with(|| self.share(state, a).total_cmp(&self.share(state, b)))
     }
 
     fn overused(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
@@ -222,6 +229,53 @@ impl Plugin for ProportionPlugin {
         Some(future.fits_in_dimensions(&self.queues[queue].deserved, req))
     }
 
+    /// A queue gives back only what it holds beyond its deserved share, and only if it is
+    /// `reclaimable`: after the eviction its share is still at least 1 (it holds at least its
+    /// deserved amount of its dominant resource), and it keeps its guarantee. This is what keeps two queues from
+    /// taking turns: the reclaimer never rises above its deserved share (see `allocatable`)
+    /// and the victim never falls below its own.
+    fn reclaimable(
+        &self,
+        state: &SessionState,
+        reclaimer: JobId,
+        victims: &[TaskId],
+    ) -> Option<bool> {
+        let mut freed = Resources::new();
+        let mut victim_queue = None;
+        for &v in victims {
+            let q = state.tasks[v].job.and_then(|j| state.jobs[j].queue)?;
+            if victim_queue.is_some_and(|vq| vq != q) {
+                return Some(false);
+            }
+            victim_queue = Some(q);
+            freed.add(state.tasks[v].resreq());
+        }
+        let q = victim_queue?;
+        let reclaimer_queue = state.jobs[reclaimer].queue?;
+        if q == reclaimer_queue || !state.queues[q].queue.reclaimable {
+            return Some(false);
+        }
+        // A queue of higher priority is never reclaimed from by a lower one.
+        if state.queues[q].queue.priority > state.queues[reclaimer_queue].queue.priority {
+            return Some(false);
+        }
+        // The queue's share (its largest allocated/deserved ratio, the same share that
+        // orders queues) must stay at or above 1 after the eviction, and no guaranteed
+        // amount may be touched.
+        let mut after = state.queues[q].allocated.clone();
+        after.sub(&freed);
+        let guarantee = &state.queues[q].queue.guarantee;
+        if !guarantee.restricted_to(&freed).fits_in(&after) {
+            return Some(false);
+        }
+        let deserved = &self.queues[q].deserved;
+        let still_at_share = after.iter().any(|(name, have)| {
+            let d = deserved.get(name.as_str());
+            have > 0 && have >= d
+        });
+        Some(still_at_share)
+    }
+
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
         match self.enqueue_refusal(state, job) {
             Some(_) => Vote::Reject,
@@ -234,15 +288,32 @@ impl Plugin for ProportionPlugin {
         let (queue, min) = (j.queue?, j.min_resources()?);
         let s = &self.queues[queue];
         let wanted = min.plus(&state.queues[queue].allocated).plus(&s.inqueue);
-        if wanted.restricted_to(min).within_limit(&s.real_capability) {
+        let name = &state.queues[queue].queue.name;
+        if !wanted.restricted_to(min).within_limit(&s.real_capability) {
+            return Some(format!(
+                "queue {name} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
+                state.queues[queue].allocated.restricted_to(min),
+                s.inqueue.restricted_to(min),
+                s.real_capability.restricted_to(min),
+            ));
+        }
+        // Where the queue cannot have all it asks for (its deserved amount is below its
+        // request), a queue whose allocated and admitted amounts already reach its deserved
+        // amount admits nothing more: allocate would never give it more, and the admission
+        // would hold budget that other queues need (volcano#5006).
+        let held = state.queues[queue].allocated.plus(&s.inqueue);
+        let at_share = min.names().any(|r| {
+            let r = r.as_str();
+            s.deserved.get(r) < s.request.get(r) && held.get(r) >= s.deserved.get(r)
+        });
+        if !at_share {
             return None;
         }
         Some(format!(
-            "queue {} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
-            state.queues[queue].queue.name,
+            "queue {name} is at its deserved share: {} allocated and {} admitted reach its deserved {}",
             state.queues[queue].allocated.restricted_to(min),
             s.inqueue.restricted_to(min),
-            s.real_capability.restricted_to(min),
+            s.deserved.restricted_to(min),
         ))
     }
 

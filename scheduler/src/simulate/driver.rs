@@ -67,6 +67,7 @@ pub struct CycleStats {
     /// Time to commit the plan to the ledger.
     pub commit: Duration,
     pub binds: usize,
+    pub evictions: usize,
     pub refused_gangs: usize,
     pub phase_changes: usize,
     pub finished_pods: usize,
@@ -222,6 +223,7 @@ pub fn drive_with(
             commit,
             binds: performed.bind_count(),
             refused_gangs: plan.gangs.len() - performed.gangs.len(),
+            evictions: plan.evictions.len(),
             phase_changes,
             finished_pods: finished.len(),
         };
@@ -229,7 +231,8 @@ pub fn drive_with(
         let changed = stats.binds > 0
             || stats.phase_changes > 0
             || !finished.is_empty()
-            || stats.refused_gangs > 0;
+            || stats.refused_gangs > 0
+            || stats.evictions > 0;
         outcome.stats.push(stats);
 
         let next = sim.now_ms() + opts.period_ms;
@@ -238,8 +241,7 @@ pub fn drive_with(
         }
         finished = if opts.exact_cycles.is_some() || changed {
             sim.advance_to(next)
-        } else if let Some(t) = sim
-            .next_event_ms()
+        } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms)
             .or_else(|| faults.peek().map(|f| f.at_ms))
         {
             let t = t.max(next);
@@ -255,6 +257,7 @@ pub fn drive_with(
                 .ledger_errors
                 .push(format!("cycle {cycle}: releasing finished pods: {e}"));
         }
+        release_gone(sim, ledger, cycle, &mut outcome);
     }
     if opts.check_invariants && !opts.check_ledger_every_cycle {
         let cycle = outcome.cycles;
@@ -264,6 +267,13 @@ pub fn drive_with(
             .extend(found.into_iter().map(|v| (cycle, v)));
     }
     outcome
+}
+
+fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
@@ -284,9 +294,10 @@ fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
         .collect()
 }
 
-/// Commit, then bind: proposes the plan's gangs to the ledger, binds the pods of the gangs
-/// it accepted, records them bound, then writes statuses and events. Returns the part of the
-/// plan that was performed.
+/// Evictions first (their placements are released in the ledger once the pods are gone),
+/// then commit, then bind: proposes the plan's gangs to the ledger, binds the pods of the
+/// gangs it accepted, records them bound, then writes statuses and events. Returns the part
+/// of the plan that was performed.
 fn perform(
     sim: &mut SimCluster,
     ledger: &mut dyn PlacementLedger,
@@ -295,6 +306,15 @@ fn perform(
     outcome: &mut RunOutcome,
 ) -> CyclePlan {
     let mut performed = CyclePlan::default();
+    for eviction in &plan.evictions {
+        if let Err(e) = sim.evict(&eviction.pod, &eviction.reason) {
+            outcome
+                .bind_errors
+                .push(format!("evict {}: {e}", eviction.pod));
+        }
+    }
+    release_gone(sim, ledger, cycle, outcome);
+    performed.evictions = plan.evictions.clone();
     if !plan.gangs.is_empty() {
         match ledger.commit(&plan.gangs) {
             Ok(verdicts) => {
@@ -354,6 +374,24 @@ fn perform(
         let _ = sim.record_event(event);
     }
     performed
+}
+
+/// Releases the ledger placements of evicted pods that are gone from the cluster (at once,
+/// or after their termination grace period).
+fn release_gone(
+    sim: &mut SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    cycle: u32,
+    outcome: &mut RunOutcome,
+) {
+    let gone = sim.take_gone();
+    if !gone.is_empty()
+        && let Err(e) = ledger.release(&gone, ReleaseReason::Evicted)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: releasing evicted pods: {e}"));
+    }
 }
 
 /// Commit-then-bind, checked against the ledger's state: every pod bound during the run holds

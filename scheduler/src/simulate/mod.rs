@@ -4,6 +4,7 @@
 pub mod demo;
 pub mod driver;
 pub mod expect;
+pub mod fairness;
 pub mod generated;
 pub mod scenario;
 pub mod synthetic;

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
+use crate::framework::{SchedulerConf, run_cycle};
 use crate::ledger::{ScheduledFault, start_ledger};
 use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
@@ -46,6 +48,9 @@ pub struct ScenarioReport {
     pub unmet: Vec<Unmet>,
     pub has_expectation: bool,
     pub config_source: String,
+    /// The configuration the run used (for `--explain`).
+    pub conf: SchedulerConf,
+    pub scheduler_name: String,
     pub replicas: usize,
 }
 
@@ -134,6 +139,8 @@ pub fn run_workload(name: &str, mut workload: Workload, opts: &ScenarioOptions) 
         unmet,
         has_expectation: expectation.is_some(),
         config_source,
+        conf,
+        scheduler_name: opts.scheduler_name.clone(),
         replicas: opts.replicas,
     }
 }
@@ -252,6 +259,16 @@ pub fn render(report: &ScenarioReport) -> String {
         }
     }
 
+    let evicted: Vec<String> = sim.evicted().map(|k| k.to_string()).collect();
+    if !evicted.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nEvicted by preempt/reclaim ({}): {}",
+            evicted.len(),
+            evicted.join(", ")
+        );
+    }
+
     let _ = writeln!(out);
     if report.outcome.violations.is_empty() {
         let _ = writeln!(
@@ -267,6 +284,39 @@ pub fn render(report: &ScenarioReport) -> String {
             for u in &report.unmet {
                 let _ = writeln!(out, "  - {u}");
             }
+        }
+    }
+    out
+}
+
+/// `--explain NAMESPACE/PODGROUP`: one more (dry) cycle on the cluster as the run left it,
+/// then why the PodGroup is where it is, in numbers, with its recent Events.
+pub fn explain(report: &ScenarioReport, key: &ObjectKey) -> String {
+    let snapshot = report.sim.snapshot();
+    let (_, session) = run_cycle(&snapshot, &report.conf, &report.scheduler_name);
+    let mut out = crate::framework::explain::explain(&session, key);
+    let events: Vec<_> = report
+        .sim
+        .events()
+        .iter()
+        .filter(|(_, e)| &e.object == key)
+        .collect();
+    if !events.is_empty() {
+        let _ = writeln!(
+            out,
+            "  events (last {} of {}):",
+            events.len().min(10),
+            events.len()
+        );
+        for (at, e) in events.iter().rev().take(10).rev() {
+            let _ = writeln!(
+                out,
+                "    {:>8.1}s {:<7} {:<20} {}",
+                *at as f64 / 1000.0,
+                e.kind,
+                e.reason,
+                e.message
+            );
         }
     }
     out

@@ -53,6 +53,11 @@ pub fn pod_from_k8s(pod: &k8s::Pod, default_scheduler_name: &str) -> Result<Pod,
     }
     read_node_affinity(spec, &mut out)?;
     out.node_name = non_empty(&spec.node_name);
+    out.terminating = pod.metadata.deletion_timestamp.is_some();
+    out.termination_grace_ms = spec
+        .termination_grace_period_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map(|s| s.saturating_mul(1000));
     out.phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         None | Some("") => PodPhase::Pending,
         Some(text) => PodPhase::parse(text)

@@ -167,6 +167,6 @@ fn status(status: Option<&VolcanoPodGroupStatus>) -> Result<PodGroupStatus, Fiel
         running: count(status.running, "running")?,
         succeeded: count(status.succeeded, "succeeded")?,
         failed: count(status.failed, "failed")?,
-        conditions: Vec::new(),
+        ..PodGroupStatus::default()
     })
 }

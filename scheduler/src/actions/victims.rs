@@ -1,0 +1,703 @@
+//! Making room by eviction: what `preempt` and `reclaim` share.
+//!
+//! For one starving gang (admitted, fewer than `minMember` placed) the action:
+//! 1. lists *victim units*, least harm first: a single pod a running gang can spare (it keeps
+//!    `minMember` without it), or a whole running gang. A gang is never cut below its
+//!    minimum: evicting one pod of it too many would leave the rest holding resources for
+//!    nothing, so the choice is made per gang;
+//! 2. evicts units one by one inside a [`Statement`], and after each one tries to place the
+//!    gang's pending pods on the nodes' *future idle* resources (free + releasing −
+//!    pipelined), only on the nodes the unit freed;
+//! 3. when the gang fits (Volcano's "pipelined"), drops every unit it can do without, one at
+//!    a time, so that no more is evicted than needed; when it does not fit even with every
+//!    allowed unit gone, discards the statement: every eviction is rolled back.
+//!
+//! The pods placed this way are *pipelined*, not bound: they are bound in a later cycle by
+//! `allocate`, once the victims are gone.
+//!
+//! Who may be a victim: a managed pod bound or running before this cycle (a job that got
+//! pods in this cycle is never a victim in it), not annotated `volcano.sh/preemptable:
+//! "false"`, allowed by every plugin (`conformance` protects kube-system and system-critical
+//! pods) and by the `preemptable` (preempt) or `reclaimable` (reclaim) hooks: `priority`
+//! (strictly lower priority only), `gang` (whole gangs or spare pods only), `proportion`
+//! (only what a queue holds beyond its deserved share). A gang whose pods have
+//! `preemptionPolicy: Never` never evicts anyone.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+
+use crate::actions::job_blocker;
+use crate::framework::ordered_queue::OrderedQueue;
+use crate::framework::plan::Event;
+use crate::framework::{JobId, NodeId, QueueId, Session, Statement, TaskId, TaskStatus};
+use crate::model::{PodGroupPhase, Resources};
+
+/// Which action is making room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Within a queue, for a gang of higher priority.
+    Preempt,
+    /// Across queues, for a queue below its deserved share.
+    Reclaim,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Preempt => "preempt",
+            Mode::Reclaim => "reclaim",
+        }
+    }
+}
+
+/// A set of victims chosen together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    /// One pod its gang can spare.
+    Spare(TaskId),
+    /// Every pod a gang holds.
+    Gang(JobId),
+}
+
+pub fn run(session: &mut Session, mode: Mode) {
+    let deserved: Vec<Resources> = if mode == Mode::Reclaim && session.plugins.has("proportion") {
+        crate::plugins::proportion::compute_deserved(&session.state)
+            .into_iter()
+            .map(|s| s.deserved)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
+    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
+        .map(|_| OrderedQueue::new())
+        .collect();
+    for job in 0..session.state.jobs.len() {
+        if !is_starving(session, job, enqueue_configured) {
+            continue;
+        }
+        let Some(queue) = session.state.jobs[job].queue else {
+            continue;
+        };
+        let (state, plugins) = (&session.state, &session.plugins);
+        per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
+    }
+    let mut queues: OrderedQueue<QueueId> = OrderedQueue::new();
+    for (q, jobs) in per_queue.iter().enumerate() {
+        if !jobs.is_empty() {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.push(q, |a, b| plugins.queue_order(state, a, b));
+        }
+    }
+    // Candidate victims depend on the preemptor only through its queue (and its priority,
+    // for preempt); whether each is still evictable is checked again when it is used.
+    let mut units_cache: HashMap<(QueueId, i32), Vec<Unit>> = HashMap::new();
+    // Shapes (queue, priority, first pod's placement key, missing members) that found no
+    // room: victims only become fewer within the action, so the same shape fails again.
+    let mut failed: BTreeSet<(QueueId, i32, u64, u32)> = BTreeSet::new();
+    let mut attempts = 0usize;
+    loop {
+        let popped = {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.pop(|a, b| plugins.queue_order(state, a, b))
+        };
+        let Some(queue) = popped else { break };
+        let job = {
+            let (state, plugins) = (&session.state, &session.plugins);
+            per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
+        };
+        let Some(job) = job else { continue };
+        let shape = shape_of(session, job);
+        if failed.contains(&shape) {
+            note(
+                session,
+                job,
+                format!(
+                    "{}: a gang of the same shape found no room this cycle",
+                    mode.name()
+                ),
+            );
+        } else if attempts >= MAX_ATTEMPTS_PER_CYCLE {
+            note(
+                session,
+                job,
+                format!(
+                    "{}: not tried this cycle ({MAX_ATTEMPTS_PER_CYCLE} gangs already were)",
+                    mode.name()
+                ),
+            );
+        } else {
+            attempts += 1;
+            if !make_room(session, job, mode, &deserved, &mut units_cache) {
+                failed.insert(shape);
+            }
+        }
+        if !per_queue[queue].is_empty() {
+            let (state, plugins) = (&session.state, &session.plugins);
+            queues.push(queue, |a, b| plugins.queue_order(state, a, b));
+        }
+    }
+}
+
+/// At most this many gangs try to make room per action and cycle (a bound on the work a
+/// cycle does; the rest try in the next cycle).
+pub const MAX_ATTEMPTS_PER_CYCLE: usize = 512;
+
+fn shape_of(session: &Session, job: JobId) -> (QueueId, i32, u64, u32) {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    let key = state
+        .pending_tasks(job)
+        .next()
+        .map_or(0, |t| state.tasks[t].placement_key);
+    (
+        j.queue.unwrap_or(usize::MAX),
+        j.priority,
+        key,
+        missing_members(session, job),
+    )
+}
+
+/// Admitted, valid, fewer than `minMember` placed or pipelined, with pods left to place.
+fn is_starving(session: &Session, job: JobId, enqueue_configured: bool) -> bool {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    if enqueue_configured && j.phase == PodGroupPhase::Pending {
+        return false;
+    }
+    if state
+        .pending_tasks(job)
+        .all(|t| state.tasks[t].is_best_effort())
+    {
+        return false;
+    }
+    if session.plugins.job_ready(state, job) || pipelined_ready(session, job) {
+        return false;
+    }
+    job_blocker(session, job).is_none()
+}
+
+fn pipelined_ready(session: &Session, job: JobId) -> bool {
+    let j = &session.state.jobs[job];
+    j.pipelined_count > 0 && session.plugins.job_pipelined(&session.state, job)
+}
+
+/// Tries to make room for `job`; commits the evictions and pipelined placements when it
+/// fits, gives everything back when it does not. Returns false when it found no room for
+/// a reason a gang of the same shape (queue, priority, pods, missing members) meets too.
+fn make_room(
+    session: &mut Session,
+    job: JobId,
+    mode: Mode,
+    deserved: &[Resources],
+    units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
+) -> bool {
+    let mut tasks: Vec<TaskId> = session
+        .state
+        .pending_tasks(job)
+        .filter(|&t| !session.state.tasks[t].is_best_effort())
+        .collect();
+    {
+        let (state, plugins) = (&session.state, &session.plugins);
+        tasks.sort_by(|&a, &b| plugins.task_order(state, a, b));
+    }
+    if tasks.is_empty() {
+        return false;
+    }
+    let queue = session.state.jobs[job]
+        .queue
+        .expect("starving jobs have a queue");
+    let class_never = session.state.jobs[job]
+        .pod_group
+        .priority_class_name
+        .as_ref()
+        .is_some_and(|c| session.state.never_preempt_classes.contains(c));
+    if class_never || tasks.iter().any(|&t| !session.state.tasks[t].may_preempt) {
+        note(
+            session,
+            job,
+            format!(
+                "{}: not evicting anyone: its pods have preemptionPolicy Never",
+                mode.name()
+            ),
+        );
+        return true; // not about room: a gang of the same shape may still try.
+    }
+    if mode == Mode::Reclaim && session.plugins.overused(&session.state, queue) {
+        return false; // allocate already said why: the queue has its deserved share.
+    }
+    if mode == Mode::Reclaim && !queue_can_take(session, job, queue, &tasks, deserved) {
+        return false;
+    }
+    let key = (
+        queue,
+        if mode == Mode::Preempt {
+            session.state.jobs[job].priority
+        } else {
+            0
+        },
+    );
+    // Room that earlier victims are already releasing (they are still terminating) is
+    // taken first, without evicting anyone more.
+    if session.state.nodes.iter().any(|n| n.releasing_pods > 0) {
+        let mut statement = Statement::new();
+        if place(session, &mut statement, job, &tasks, None) {
+            record(session, job, &statement, mode);
+            statement.commit(session);
+            return true;
+        }
+        statement.discard(session);
+    }
+    let units = units_cache
+        .entry(key)
+        .or_insert_with(|| victim_units(session, job, mode))
+        .clone();
+    if units.is_empty() {
+        return false;
+    }
+    if !enough_in_reach(session, job, &tasks, &units) {
+        note(
+            session,
+            job,
+            format!(
+                "{}: evicting every allowed victim would still not free enough",
+                mode.name()
+            ),
+        );
+        return false;
+    }
+
+    let mut statement = Statement::new();
+    let mut chosen: Vec<Unit> = Vec::new();
+    let mut fits = false;
+    for &unit in &units {
+        if fits {
+            break;
+        }
+        let victims = unit_victims(session, unit);
+        if victims.is_empty() || !allowed(session, job, &victims, mode) {
+            continue;
+        }
+        if !useful(session, &tasks, &victims) {
+            continue;
+        }
+        let nodes: BTreeSet<NodeId> = victims
+            .iter()
+            .filter_map(|&v| session.state.tasks[v].node)
+            .collect();
+        for &v in &victims {
+            statement.evict(session, v, mode.name());
+        }
+        chosen.push(unit);
+        fits = place(session, &mut statement, job, &tasks, Some(&nodes));
+    }
+    if !fits {
+        statement.discard(session);
+        note(
+            session,
+            job,
+            format!(
+                "{}: no set of allowed victims makes room for the gang",
+                mode.name()
+            ),
+        );
+        return false;
+    }
+    if chosen.len() > 1 {
+        // Never evict more than needed: drop each unit the gang fits without.
+        statement.discard(session);
+        let mut keep = chosen.clone();
+        for unit in chosen {
+            let trial: Vec<Unit> = keep.iter().copied().filter(|&u| u != unit).collect();
+            let (ok, s) = build(session, job, &tasks, &trial, mode);
+            s.discard(session);
+            if ok {
+                keep = trial;
+            }
+        }
+        let (ok, s) = build(session, job, &tasks, &keep, mode);
+        if !ok {
+            s.discard(session);
+            return false;
+        }
+        statement = s;
+    }
+    record(session, job, &statement, mode);
+    statement.commit(session);
+    true
+}
+
+/// Evicts `units` and places the gang from scratch; `true` when it fits.
+fn build(
+    session: &mut Session,
+    job: JobId,
+    tasks: &[TaskId],
+    units: &[Unit],
+    mode: Mode,
+) -> (bool, Statement) {
+    let mut statement = Statement::new();
+    for &unit in units {
+        let victims = unit_victims(session, unit);
+        if !allowed(session, job, &victims, mode) {
+            return (false, statement);
+        }
+        for v in victims {
+            statement.evict(session, v, mode.name());
+        }
+    }
+    let ok = place(session, &mut statement, job, tasks, None);
+    (ok, statement)
+}
+
+/// The reclaiming queue stays within its deserved share with the gang's missing members.
+fn queue_can_take(
+    session: &mut Session,
+    job: JobId,
+    queue: QueueId,
+    tasks: &[TaskId],
+    deserved: &[Resources],
+) -> bool {
+    let Some(deserved) = deserved.get(queue) else {
+        return true;
+    };
+    let state = &session.state;
+    let missing = missing_members(session, job) as usize;
+    let mut need = Resources::new();
+    for &t in tasks.iter().take(missing) {
+        need.add(state.tasks[t].resreq());
+    }
+    let after = state.queues[queue].allocated.plus(&need);
+    if after.fits_in_dimensions(deserved, &need) {
+        return true;
+    }
+    let name = state.queues[queue].queue.name.clone();
+    let message = format!(
+        "reclaim: queue {name} would exceed its deserved share ({}) with the gang's {need}; allocated {}",
+        deserved.restricted_to(&need),
+        state.queues[queue].allocated.restricted_to(&need)
+    );
+    note(session, job, message);
+    false
+}
+
+fn missing_members(session: &Session, job: JobId) -> u32 {
+    let j = &session.state.jobs[job];
+    j.min_available()
+        .saturating_sub(j.ready_count + j.pipelined_count + j.pending_best_effort)
+}
+
+/// A quick refusal: the missing members need more than all future-idle resources plus
+/// everything the candidate victims hold.
+fn enough_in_reach(session: &Session, job: JobId, tasks: &[TaskId], units: &[Unit]) -> bool {
+    let state = &session.state;
+    let missing = missing_members(session, job) as usize;
+    let mut need = Resources::new();
+    for &t in tasks.iter().take(missing) {
+        need.add(state.tasks[t].resreq());
+    }
+    let mut reach = Resources::new();
+    for n in &state.nodes {
+        let free = n.future_idle().restricted_to(&need);
+        reach.add(&Resources::from_pairs(
+            free.iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(name, v)| (name.as_str(), v)),
+        ));
+    }
+    let mut counted = BTreeSet::new();
+    for &unit in units {
+        for v in unit_victims(session, unit) {
+            if counted.insert(v) {
+                reach.add(state.tasks[v].resreq());
+            }
+        }
+    }
+    need.fits_in_dimensions(&reach, &need)
+}
+
+/// How much harm evicting a unit does, smallest first: victim priority, spare pod before
+/// whole gang, GPUs, cpu, newest gang first.
+type HarmKey = (i32, u8, i64, i64, std::cmp::Reverse<u64>);
+
+/// Candidate units for `job`, least harm first.
+fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
+    let state = &session.state;
+    let j = &state.jobs[job];
+    let queue = j.queue;
+    let mut keyed: Vec<(HarmKey, Unit)> = Vec::new();
+    for (v, victim) in state.jobs.iter().enumerate() {
+        if victim.queue.is_none() {
+            continue;
+        }
+        let same_queue = victim.queue == queue;
+        match mode {
+            // Strictly lower priority, whatever the plugins say: equal jobs never take turns.
+            Mode::Preempt if !same_queue || victim.priority >= j.priority => continue,
+            Mode::Reclaim if same_queue => continue,
+            _ => {}
+        }
+        let mut holding = Vec::new();
+        // A gang some of whose pods already finished is not evicted whole: what is left of it
+        // is finishing the work.
+        let mut protected = victim
+            .tasks
+            .iter()
+            .any(|&t| state.tasks[t].status == TaskStatus::Succeeded);
+        for &t in &victim.tasks {
+            let task = &state.tasks[t];
+            match task.status {
+                s if s.is_evictable() => {
+                    if task.managed && task.preemptable && session.plugins.victim_allowed(state, t)
+                    {
+                        holding.push(t);
+                    } else {
+                        protected = true;
+                    }
+                }
+                // Placed in this cycle: not a victim now.
+                TaskStatus::Allocated | TaskStatus::Pipelined => protected = true,
+                _ => {}
+            }
+        }
+        if holding.is_empty() {
+            continue;
+        }
+        let created = std::cmp::Reverse(victim.pod_group.creation_index);
+        if victim.ready_count > victim.min_available() {
+            for &t in &holding {
+                let size = state.tasks[t].resreq();
+                keyed.push((
+                    (victim.priority, 0, size.gpus(), size.get("cpu"), created),
+                    Unit::Spare(t),
+                ));
+            }
+        }
+        if !protected {
+            let mut size = Resources::new();
+            for &t in &holding {
+                size.add(state.tasks[t].resreq());
+            }
+            keyed.push((
+                (victim.priority, 1, size.gpus(), size.get("cpu"), created),
+                Unit::Gang(v),
+            ));
+        }
+    }
+    keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| unit_order(&a.1, &b.1)));
+    keyed.into_iter().map(|(_, u)| u).collect()
+}
+
+fn unit_order(a: &Unit, b: &Unit) -> Ordering {
+    let id = |u: &Unit| match u {
+        Unit::Spare(t) => (0, *t),
+        Unit::Gang(j) => (1, *j),
+    };
+    id(a).cmp(&id(b))
+}
+
+/// The tasks a unit evicts now (those of its gang still bound or running); none when its
+/// gang got pods in this cycle (it is never a victim in the cycle it was placed).
+fn unit_victims(session: &Session, unit: Unit) -> Vec<TaskId> {
+    let state = &session.state;
+    let job = match unit {
+        Unit::Spare(t) => state.tasks[t].job,
+        Unit::Gang(j) => Some(j),
+    };
+    if let Some(j) = job
+        && state.jobs[j].tasks.iter().any(|&t| {
+            matches!(
+                state.tasks[t].status,
+                TaskStatus::Allocated | TaskStatus::Pipelined
+            )
+        })
+    {
+        return Vec::new();
+    }
+    match unit {
+        Unit::Spare(t) => {
+            if state.tasks[t].status.is_evictable() {
+                vec![t]
+            } else {
+                Vec::new()
+            }
+        }
+        Unit::Gang(j) => state.jobs[j]
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| state.tasks[t].status.is_evictable())
+            .collect(),
+    }
+}
+
+fn allowed(session: &Session, job: JobId, victims: &[TaskId], mode: Mode) -> bool {
+    if victims.is_empty() {
+        return true;
+    }
+    match mode {
+        Mode::Preempt => session.plugins.preemptable(&session.state, job, victims),
+        Mode::Reclaim => session.plugins.reclaimable(&session.state, job, victims),
+    }
+}
+
+/// Some victim frees a node that one of the gang's pending pods may use at all.
+fn useful(session: &Session, tasks: &[TaskId], victims: &[TaskId]) -> bool {
+    let state = &session.state;
+    let mut seen_keys = BTreeSet::new();
+    let pending: Vec<TaskId> = tasks
+        .iter()
+        .copied()
+        .filter(|&t| state.tasks[t].status == TaskStatus::Pending)
+        .filter(|&t| seen_keys.insert(state.tasks[t].placement_key))
+        .collect();
+    victims.iter().any(|&v| {
+        let Some(node) = state.tasks[v].node else {
+            return false;
+        };
+        pending
+            .iter()
+            .any(|&t| session.plugins.predicate(state, t, node).is_ok())
+    })
+}
+
+/// Pipelines the gang's pending tasks on future-idle resources (only on `nodes` when given),
+/// until the gang is pipelined-ready. Returns whether it is.
+fn place(
+    session: &mut Session,
+    statement: &mut Statement,
+    job: JobId,
+    tasks: &[TaskId],
+    nodes: Option<&BTreeSet<NodeId>>,
+) -> bool {
+    let queue = session.state.jobs[job]
+        .queue
+        .expect("starving jobs have a queue");
+    for &task in tasks {
+        if pipelined_ready(session, job) {
+            return true;
+        }
+        if session.state.tasks[task].status != TaskStatus::Pending {
+            continue;
+        }
+        if !session.plugins.allocatable(&session.state, queue, task) {
+            return false;
+        }
+        let best = match nodes {
+            Some(set) => best_node(session, task, set.iter().copied()),
+            None => best_node(session, task, 0..session.state.nodes.len()),
+        };
+        if let Some(node) = best {
+            statement.pipeline(session, task, node);
+        }
+    }
+    pipelined_ready(session, job)
+}
+
+/// The node whose future-idle resources the task fills best (least left over), by name on
+/// ties; only nodes that pass the predicates.
+fn best_node(
+    session: &Session,
+    task: TaskId,
+    nodes: impl Iterator<Item = NodeId>,
+) -> Option<NodeId> {
+    let state = &session.state;
+    let req = state.tasks[task].resreq();
+    let mut best: Option<(f64, NodeId)> = None;
+    for node in nodes {
+        let n = &state.nodes[node];
+        if n.future_pod_count() >= n.node.max_pods {
+            continue;
+        }
+        let free = n.future_idle();
+        if !req.fits_in(&free) {
+            continue;
+        }
+        if session.plugins.predicate(state, task, node).is_err() {
+            continue;
+        }
+        let left = free
+            .minus(req)
+            .restricted_to(req)
+            .share_of(&n.node.allocatable);
+        if best.is_none_or(|(b, _)| left < b) {
+            best = Some((left, node));
+        }
+    }
+    best.map(|(_, n)| n)
+}
+
+fn note(session: &mut Session, job: JobId, reason: String) {
+    session.state.jobs[job].fit_errors.add_job_reason(reason);
+}
+
+/// Events for the gang that made room and for every gang that lost pods.
+fn record(session: &mut Session, job: JobId, statement: &Statement, mode: Mode) {
+    let state = &session.state;
+    let victims: Vec<TaskId> = statement.evictions().collect();
+    let key = state.jobs[job].key().clone();
+    let mut victim_gangs: BTreeSet<JobId> = BTreeSet::new();
+    for &v in &victims {
+        if let Some(j) = state.tasks[v].job {
+            victim_gangs.insert(j);
+        }
+    }
+    let names: Vec<String> = victim_gangs
+        .iter()
+        .map(|&j| state.jobs[j].key().to_string())
+        .collect();
+    let mut events = Vec::new();
+    let placed = statement.len();
+    if state.jobs[job].shadow {
+        // A pod without a PodGroup has no PodGroup to record on.
+    } else if victims.is_empty() {
+        events.push(Event {
+            object: key.clone(),
+            kind: "Normal",
+            reason: "Pipelined".into(),
+            message: format!("{placed} pods wait for resources being released"),
+        });
+    } else {
+        events.push(Event {
+            object: key.clone(),
+            kind: "Normal",
+            reason: if mode == Mode::Preempt {
+                "Preempt".into()
+            } else {
+                "Reclaim".into()
+            },
+            message: format!(
+                "{}: evicting {} pods of {} to place {placed} pods; they are bound once the victims are gone",
+                mode.name(),
+                victims.len(),
+                names.join(", ")
+            ),
+        });
+    }
+    for &v in &victims {
+        let Some(j) = state.tasks[v].job else {
+            continue;
+        };
+        if state.jobs[j].shadow {
+            continue;
+        }
+        events.push(Event {
+            object: state.jobs[j].key().clone(),
+            kind: "Warning",
+            reason: "Evicted".into(),
+            message: match mode {
+                Mode::Preempt => format!(
+                    "pod {} evicted by preempt for PodGroup {key} (priority {} > {})",
+                    state.tasks[v].pod.key, state.jobs[job].priority, state.jobs[j].priority
+                ),
+                Mode::Reclaim => format!(
+                    "pod {} evicted by reclaim for PodGroup {key}: queue {} holds more than its deserved share",
+                    state.tasks[v].pod.key,
+                    state.jobs[j]
+                        .queue
+                        .map_or("", |q| state.queues[q].queue.name.as_str())
+                ),
+            },
+        });
+    }
+    session.plan.events.extend(events);
+}

@@ -1,0 +1,203 @@
+//! "Why is this PodGroup where it is?" in numbers: for the Unschedulable condition's message
+//! and for `phalanx simulate --explain NAMESPACE/PODGROUP`.
+//!
+//! Example: `11 pods need nvidia.com/gpu 11; 8 free on 8 nodes; 3 nodes have 0 free;
+//! queue research-team: capability 16, allocated 12`.
+
+use std::fmt::Write as _;
+
+use crate::framework::node_picker::explain_no_fit;
+use crate::framework::session::{JobId, Session, SessionState, TaskStatus};
+use crate::framework::timeout::format_duration;
+use crate::model::resources::format_amount;
+use crate::model::{ObjectKey, Resources};
+
+/// The gang's missing members, what they need of the scarcest resource, what is free and
+/// where, and the queue's limits on that resource. `None` when nothing is missing.
+pub fn gang_numbers(state: &SessionState, job: JobId) -> Option<String> {
+    let j = &state.jobs[job];
+    let placed = j.ready_count + j.pipelined_count + j.pending_best_effort;
+    let missing = j.min_available().saturating_sub(placed) as usize;
+    if missing == 0 {
+        return None;
+    }
+    let mut need = Resources::new();
+    for t in state.pending_tasks(job).take(missing) {
+        need.add(state.tasks[t].resreq());
+    }
+    if need.is_zero() {
+        return None;
+    }
+    let mut free = Resources::new();
+    for n in &state.nodes {
+        free.add(&positive(&n.idle));
+    }
+    // The resource to talk about: the first one short, else GPUs, else the first requested.
+    let resource = need
+        .first_shortage(&free)
+        .map(|(r, _, _)| r.as_str().to_string())
+        .or_else(|| (need.gpus() > 0).then(|| crate::model::resources::GPU.to_string()))
+        .or_else(|| need.names().next().map(|r| r.as_str().to_string()))?;
+    let amount = |v: i64| format_amount(&resource, v);
+    let with_free = state
+        .nodes
+        .iter()
+        .filter(|n| n.idle.get(&resource) > 0)
+        .count();
+    let without = state.nodes.len() - with_free;
+    let mut out = format!(
+        "{missing} pods need {resource} {}; {} free on {with_free} nodes; {without} nodes have 0 free",
+        amount(need.get(&resource)),
+        amount(free.get(&resource)),
+    );
+    if let Some(q) = j.queue {
+        let queue = &state.queues[q];
+        let _ = write!(out, "; queue {}: ", queue.queue.name);
+        if let Some(cap) = &queue.queue.capability
+            && cap.names().any(|n| n.as_str() == resource)
+        {
+            let _ = write!(out, "capability {}, ", amount(cap.get(&resource)));
+        }
+        let _ = write!(out, "allocated {}", amount(queue.allocated.get(&resource)));
+    }
+    Some(out)
+}
+
+fn positive(r: &Resources) -> Resources {
+    Resources::from_pairs(
+        r.iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(name, v)| (name.as_str(), v)),
+    )
+}
+
+/// The full explanation of one PodGroup after a cycle, for `--explain`.
+pub fn explain(session: &Session, key: &ObjectKey) -> String {
+    let state = &session.state;
+    let Some(job) = state.jobs.iter().position(|j| j.key() == key) else {
+        return format!("PodGroup {key}: no such PodGroup (or pod) in the cluster\n");
+    };
+    let j = &state.jobs[job];
+    let mut out = String::new();
+    let count = |s: TaskStatus| {
+        j.tasks
+            .iter()
+            .filter(|&&t| state.tasks[t].status == s)
+            .count()
+    };
+    let _ = writeln!(
+        out,
+        "PodGroup {key}: phase {}, priority {}, queue {}",
+        j.pod_group.status.phase.as_str(),
+        j.priority,
+        j.pod_group.queue
+    );
+    let _ = writeln!(
+        out,
+        "  members: minMember {}, {} pods: {} running, {} bound, {} pending, {} succeeded, {} failed",
+        j.min_available(),
+        j.tasks.len(),
+        count(TaskStatus::Running),
+        count(TaskStatus::Bound),
+        count(TaskStatus::Pending),
+        count(TaskStatus::Succeeded),
+        count(TaskStatus::Failed),
+    );
+    match j.queue {
+        None => {
+            let _ = writeln!(
+                out,
+                "  queue {:?} does not exist: nothing is scheduled for this PodGroup until it does",
+                j.pod_group.queue
+            );
+        }
+        Some(q) => {
+            let queue = &state.queues[q];
+            let shares = crate::plugins::proportion::compute_deserved(state);
+            let s = &shares[q];
+            let _ = writeln!(
+                out,
+                "  queue {}: state {:?}, weight {}, reclaimable {}",
+                queue.queue.name, queue.queue.state, queue.queue.weight, queue.queue.reclaimable
+            );
+            let _ = writeln!(out, "    allocated  {}", queue.allocated);
+            let _ = writeln!(out, "    deserved   {}", s.deserved);
+            let _ = writeln!(
+                out,
+                "    capability {}",
+                queue
+                    .queue
+                    .capability
+                    .as_ref()
+                    .map_or_else(|| "unlimited".to_string(), |c| c.to_string())
+            );
+            if !queue.queue.guarantee.is_zero() {
+                let _ = writeln!(out, "    guarantee  {}", queue.queue.guarantee);
+            }
+            let share = queue.allocated.share_of(&s.deserved);
+            let _ = writeln!(
+                out,
+                "    share {:.2} of deserved (the proportion plugin's order)",
+                share
+            );
+        }
+    }
+    let t = &j.timeout;
+    if let Some(timeout) = t.timeout_ms {
+        let _ = writeln!(
+            out,
+            "  schedule timeout {} from creation at {}, action {}: {}",
+            format_duration(timeout),
+            format_duration(t.created_ms),
+            t.action.as_str(),
+            if j.timed_out(state.now_ms) {
+                "timed out"
+            } else {
+                "not reached"
+            }
+        );
+    }
+    if let Some(numbers) = gang_numbers(state, job) {
+        let _ = writeln!(out, "  numbers: {numbers}");
+    }
+    if let Some(reason) = &j.blocked_reason {
+        let _ = writeln!(
+            out,
+            "  blocked ({}): {reason}",
+            j.blocked_code.unwrap_or("Blocked")
+        );
+    }
+    for reason in &j.fit_errors.job_reasons {
+        let _ = writeln!(out, "  {reason}");
+    }
+    if let Some(task) = state.pending_tasks(job).next() {
+        let errors = explain_no_fit(session, task);
+        let fitting = errors.nodes_tried as usize
+            - errors
+                .by_reason
+                .values()
+                .map(|&n| n as usize)
+                .sum::<usize>();
+        let _ = writeln!(
+            out,
+            "  first pending pod {} ({}): fits on {fitting} of {} nodes now",
+            state.tasks[task].pod.key,
+            state.tasks[task].resreq(),
+            errors.nodes_tried
+        );
+        for (reason, n) in &errors.by_reason {
+            let _ = writeln!(out, "    {n} nodes: {reason}");
+        }
+    }
+    for c in &j.pod_group.status.conditions {
+        let _ = writeln!(
+            out,
+            "  condition {} ({}) since {}: {}",
+            c.kind,
+            c.reason,
+            format_duration(c.transition_time_ms),
+            c.message
+        );
+    }
+    out
+}
