@@ -192,7 +192,7 @@ pub fn run() -> anyhow::Result<String> {
     for r in &rows {
         let _ = writeln!(
             out,
-            "| {:<22} | {:>6} of {:<5} | {:>20.0}% | {:>9.1} of {:<4.1} | {:>9} of 3 |",
+            "| {:<22} | {:>5} of {:<5} | {:>20.0}% | {:>8.1} of {:<4.1} | {:>8} of 3 |",
             r.label,
             r.gpus_allocated_at_start,
             r.gpus_total,
