@@ -37,6 +37,13 @@ enum Command {
         repeat: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Actions to run (the default configuration's tiers of plugins either way).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "enqueue,allocate,preempt,reclaim,backfill"
+        )]
+        actions: Vec<String>,
     },
 }
 
@@ -48,18 +55,24 @@ fn main() -> Result<()> {
             pods,
             repeat,
             seed,
-        } => cycle(&nodes, gpus_per_node, pods, repeat.max(1), seed),
+            actions,
+        } => {
+            let mut conf = SchedulerConf::volcano_default();
+            conf.actions = actions;
+            cycle(&conf, &nodes, gpus_per_node, pods, repeat.max(1), seed)
+        }
     }
 }
 
 fn cycle(
+    conf: &SchedulerConf,
     node_counts: &[usize],
     gpus_per_node: i64,
     pods: usize,
     repeat: usize,
     seed: u64,
 ) -> Result<()> {
-    let conf = SchedulerConf::volcano_default();
+    println!("actions: {}\n", conf.actions.join(", "));
     println!(
         "| nodes | GPUs | pending pods | gangs | placed | cycle (median of {repeat}) | pods/s |"
     );
@@ -80,7 +93,7 @@ fn cycle(
         let mut placed = 0;
         for _ in 0..repeat {
             let started = Instant::now();
-            let (plan, _) = run_cycle(&snapshot, &conf, "phalanx");
+            let (plan, _) = run_cycle(&snapshot, conf, "phalanx");
             times.push(started.elapsed());
             placed = plan.bind_count();
         }

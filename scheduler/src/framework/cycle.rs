@@ -105,7 +105,7 @@ pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
         return None;
     }
     if j.blocked_code.is_none()
-        && let Some(numbers) = gang_numbers(state, job)
+        && let Some(numbers) = gang_numbers(state, job, session.free_summary())
     {
         parts.insert(0, numbers);
     }

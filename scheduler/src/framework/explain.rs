@@ -12,9 +12,50 @@ use crate::framework::timeout::format_duration;
 use crate::model::resources::format_amount;
 use crate::model::{ObjectKey, Resources};
 
+/// What is free in the cluster, per resource: the total of positive idle amounts and on how
+/// many nodes some is free. Computed once per cycle close (it is O(nodes)), then shared by
+/// every gang's message.
+#[derive(Clone, Debug, Default)]
+pub struct FreeSummary {
+    free: Resources,
+    nodes_with_free: Vec<(String, usize)>,
+    nodes: usize,
+}
+
+impl FreeSummary {
+    pub fn of(state: &SessionState) -> Self {
+        let mut free = Resources::new();
+        let mut with_free: std::collections::BTreeMap<&str, usize> =
+            std::collections::BTreeMap::new();
+        for n in &state.nodes {
+            for (name, v) in n.idle.iter() {
+                if v > 0 {
+                    free.set(name, free.get(name.as_str()).saturating_add(v));
+                    *with_free.entry(name.as_str()).or_default() += 1;
+                }
+            }
+        }
+        Self {
+            nodes_with_free: with_free
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            free,
+            nodes: state.nodes.len(),
+        }
+    }
+
+    fn nodes_with_free(&self, resource: &str) -> usize {
+        self.nodes_with_free
+            .iter()
+            .find(|(r, _)| r == resource)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
 /// The gang's missing members, what they need of the scarcest resource, what is free and
 /// where, and the queue's limits on that resource. `None` when nothing is missing.
-pub fn gang_numbers(state: &SessionState, job: JobId) -> Option<String> {
+pub fn gang_numbers(state: &SessionState, job: JobId, cluster: &FreeSummary) -> Option<String> {
     let j = &state.jobs[job];
     let placed = j.ready_count + j.pipelined_count + j.pending_best_effort;
     let missing = j.min_available().saturating_sub(placed) as usize;
@@ -28,23 +69,16 @@ pub fn gang_numbers(state: &SessionState, job: JobId) -> Option<String> {
     if need.is_zero() {
         return None;
     }
-    let mut free = Resources::new();
-    for n in &state.nodes {
-        free.add(&positive(&n.idle));
-    }
+    let free = &cluster.free;
     // The resource to talk about: the first one short, else GPUs, else the first requested.
     let resource = need
-        .first_shortage(&free)
+        .first_shortage(free)
         .map(|(r, _, _)| r.as_str().to_string())
         .or_else(|| (need.gpus() > 0).then(|| crate::model::resources::GPU.to_string()))
         .or_else(|| need.names().next().map(|r| r.as_str().to_string()))?;
     let amount = |v: i64| format_amount(&resource, v);
-    let with_free = state
-        .nodes
-        .iter()
-        .filter(|n| n.idle.get(&resource) > 0)
-        .count();
-    let without = state.nodes.len() - with_free;
+    let with_free = cluster.nodes_with_free(&resource);
+    let without = cluster.nodes - with_free;
     let mut out = format!(
         "{missing} pods need {resource} {}; {} free on {with_free} nodes; {without} nodes have 0 free",
         amount(need.get(&resource)),
@@ -61,14 +95,6 @@ pub fn gang_numbers(state: &SessionState, job: JobId) -> Option<String> {
         let _ = write!(out, "allocated {}", amount(queue.allocated.get(&resource)));
     }
     Some(out)
-}
-
-fn positive(r: &Resources) -> Resources {
-    Resources::from_pairs(
-        r.iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(name, v)| (name.as_str(), v)),
-    )
 }
 
 /// The full explanation of one PodGroup after a cycle, for `--explain`.
@@ -157,7 +183,7 @@ pub fn explain(session: &Session, key: &ObjectKey) -> String {
             }
         );
     }
-    if let Some(numbers) = gang_numbers(state, job) {
+    if let Some(numbers) = gang_numbers(state, job, &FreeSummary::of(state)) {
         let _ = writeln!(out, "  numbers: {numbers}");
     }
     if let Some(reason) = &j.blocked_reason {

@@ -278,9 +278,18 @@ pub struct Session {
     pub plugins: PluginSet,
     pub conf: SchedulerConf,
     pub plan: CyclePlan,
+    /// What is free in the cluster, computed once when a message first needs it after the
+    /// actions ran (the state no longer changes then).
+    pub(crate) free_summary: std::cell::OnceCell<crate::framework::explain::FreeSummary>,
 }
 
 impl Session {
+    /// What is free per resource and on how many nodes; for messages after the actions ran.
+    pub fn free_summary(&self) -> &crate::framework::explain::FreeSummary {
+        self.free_summary
+            .get_or_init(|| crate::framework::explain::FreeSummary::of(&self.state))
+    }
+
     /// Builds the session for one cycle. `scheduler_name` selects the pods this scheduler
     /// places; every other pod is accounted on its node but never moved.
     pub fn open(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> Self {
@@ -299,6 +308,7 @@ impl Session {
             plugins,
             conf: conf.clone(),
             plan: CyclePlan::default(),
+            free_summary: std::cell::OnceCell::new(),
         };
         session.plan.events = events;
         session.plugins.on_session_open(&session.state);
