@@ -10,16 +10,14 @@
 use crate::actions::job_block;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use crate::actions::turns::QueueTurns;
 use crate::framework::node_picker::NodePicker;
-use crate::framework::ordered_queue::OrderedQueue;
 use crate::framework::{JobId, QueueId, Session, Statement, TaskId};
 use crate::model::{PodGroupPhase, ResourceName, Resources};
 
 pub fn run(session: &mut Session) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
-    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
-        .map(|_| OrderedQueue::new())
-        .collect();
+    let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
         if session.state.pending_tasks(job).next().is_none() {
             continue;
@@ -42,26 +40,13 @@ pub fn run(session: &mut Session) {
         let queue = session.state.jobs[job]
             .queue
             .expect("job_blocker rejects jobs without a queue");
-        let (state, plugins) = (&session.state, &session.plugins);
-        per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
+        turns.add(session, queue, job);
     }
 
     let mut placer = Placer::default();
-    let mut queues: OrderedQueue<QueueId> = OrderedQueue::new();
-    for (q, jobs) in per_queue.iter().enumerate() {
-        if !jobs.is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(q, |a, b| plugins.queue_order(state, a, b));
-        }
-    }
-    loop {
-        let popped = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.pop(|a, b| plugins.queue_order(state, a, b))
-        };
-        let Some(queue) = popped else { break };
+    while let Some(queue) = turns.next_queue(session) {
         if session.plugins.overused(&session.state, queue) {
-            for job in drain(&mut per_queue[queue]) {
+            for job in turns.drain(queue) {
                 session.state.jobs[job].fit_errors.add_job_reason(format!(
                     "queue {} has used its deserved share",
                     session.state.queues[queue].queue.name
@@ -69,29 +54,12 @@ pub fn run(session: &mut Session) {
             }
             continue;
         }
-        let job = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
+        let Some(job) = turns.next_job(session, queue) else {
+            continue;
         };
-        let Some(job) = job else { continue };
         let more_to_place = placer.allocate_job(session, queue, job);
-        if more_to_place {
-            let (state, plugins) = (&session.state, &session.plugins);
-            per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
-        }
-        if !per_queue[queue].is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(queue, |a, b| plugins.queue_order(state, a, b));
-        }
+        turns.end_turn(session, queue, more_to_place.then_some(job));
     }
-}
-
-fn drain(queue: &mut OrderedQueue<JobId>) -> Vec<JobId> {
-    let mut out = Vec::with_capacity(queue.len());
-    while let Some(j) = queue.pop(|a, b| a.cmp(&b)) {
-        out.push(j);
-    }
-    out
 }
 
 /// Node choice shared by all jobs of one `allocate` run.

@@ -4,14 +4,12 @@
 //! does not hold anything. Queues take turns in queue order, one gang at a time.
 
 use crate::actions::admission_block;
-use crate::framework::ordered_queue::OrderedQueue;
-use crate::framework::{JobId, QueueId, Session};
+use crate::actions::turns::QueueTurns;
+use crate::framework::Session;
 use crate::model::PodGroupPhase;
 
 pub fn run(session: &mut Session) {
-    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
-        .map(|_| OrderedQueue::new())
-        .collect();
+    let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
         if !j.is_pending_phase() || j.admission_released {
@@ -27,28 +25,13 @@ pub fn run(session: &mut Session) {
         let queue = j
             .queue
             .expect("admission_block rejects jobs without a queue");
-        let (state, plugins) = (&session.state, &session.plugins);
-        per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
+        turns.add(session, queue, job);
     }
 
-    let mut queues: OrderedQueue<QueueId> = OrderedQueue::new();
-    for (q, jobs) in per_queue.iter().enumerate() {
-        if !jobs.is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(q, |a, b| plugins.queue_order(state, a, b));
-        }
-    }
-    loop {
-        let popped = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.pop(|a, b| plugins.queue_order(state, a, b))
+    while let Some(queue) = turns.next_queue(session) {
+        let Some(job) = turns.next_job(session, queue) else {
+            continue;
         };
-        let Some(queue) = popped else { break };
-        let job = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
-        };
-        let Some(job) = job else { continue };
         let admit = session.state.jobs[job].min_resources().is_none()
             || session.plugins.job_enqueueable(&session.state, job);
         if admit {
@@ -63,10 +46,7 @@ pub fn run(session: &mut Session) {
                 .unwrap_or_else(|| "a plugin refused to admit the PodGroup".to_string());
             session.state.jobs[job].blocked_reason = Some(reason);
         }
-        if !per_queue[queue].is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(queue, |a, b| plugins.queue_order(state, a, b));
-        }
+        turns.end_turn(session, queue, None);
     }
 }
 

@@ -6,6 +6,7 @@ pub mod backfill;
 pub mod enqueue;
 pub mod preempt;
 pub mod reclaim;
+mod turns;
 pub mod victims;
 
 use crate::framework::Session;

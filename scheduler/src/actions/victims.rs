@@ -27,7 +27,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::actions::job_blocker;
-use crate::framework::ordered_queue::OrderedQueue;
+use crate::actions::turns::QueueTurns;
 use crate::framework::plan::Event;
 use crate::framework::{JobId, NodeId, QueueId, Session, Statement, TaskId, TaskStatus};
 use crate::model::{PodGroupPhase, Resources};
@@ -69,9 +69,7 @@ pub fn run(session: &mut Session, mode: Mode) {
         Vec::new()
     };
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
-    let mut per_queue: Vec<OrderedQueue<JobId>> = (0..session.state.queues.len())
-        .map(|_| OrderedQueue::new())
-        .collect();
+    let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
         if !is_starving(session, job, enqueue_configured) {
             continue;
@@ -79,15 +77,7 @@ pub fn run(session: &mut Session, mode: Mode) {
         let Some(queue) = session.state.jobs[job].queue else {
             continue;
         };
-        let (state, plugins) = (&session.state, &session.plugins);
-        per_queue[queue].push(job, |a, b| plugins.job_order(state, a, b));
-    }
-    let mut queues: OrderedQueue<QueueId> = OrderedQueue::new();
-    for (q, jobs) in per_queue.iter().enumerate() {
-        if !jobs.is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(q, |a, b| plugins.queue_order(state, a, b));
-        }
+        turns.add(session, queue, job);
     }
     // Candidate victims depend on the preemptor only through its queue (and its priority,
     // for preempt); whether each is still evictable is checked again when it is used.
@@ -96,17 +86,10 @@ pub fn run(session: &mut Session, mode: Mode) {
     // room: victims only become fewer within the action, so the same shape fails again.
     let mut failed: BTreeSet<(QueueId, i32, u64, u32)> = BTreeSet::new();
     let mut attempts = 0usize;
-    loop {
-        let popped = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.pop(|a, b| plugins.queue_order(state, a, b))
+    while let Some(queue) = turns.next_queue(session) {
+        let Some(job) = turns.next_job(session, queue) else {
+            continue;
         };
-        let Some(queue) = popped else { break };
-        let job = {
-            let (state, plugins) = (&session.state, &session.plugins);
-            per_queue[queue].pop(|a, b| plugins.job_order(state, a, b))
-        };
-        let Some(job) = job else { continue };
         let shape = shape_of(session, job);
         if failed.contains(&shape) {
             note(
@@ -132,10 +115,7 @@ pub fn run(session: &mut Session, mode: Mode) {
                 failed.insert(shape);
             }
         }
-        if !per_queue[queue].is_empty() {
-            let (state, plugins) = (&session.state, &session.plugins);
-            queues.push(queue, |a, b| plugins.queue_order(state, a, b));
-        }
+        turns.end_turn(session, queue, None);
     }
 }
 
