@@ -22,6 +22,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Kill the ledger's leader again and again during a simulated run (3 replicas on
+    /// loopback) and report the time from each kill to the next committed plan.
+    Failover {
+        /// Leader kills (each followed by a restart of the killed replica 3 s later).
+        #[arg(long, default_value_t = 10)]
+        kills: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
         /// Node counts to measure, comma separated.
@@ -49,6 +58,7 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Failover { kills, seed } => failover(kills.max(1), seed),
         Command::Cycle {
             nodes,
             gpus_per_node,
@@ -108,5 +118,52 @@ fn cycle(
             placed as f64 / median.as_secs_f64()
         );
     }
+    Ok(())
+}
+
+fn failover(kills: u32, seed: u64) -> Result<()> {
+    use phalanx_scheduler::ledger::{LedgerFault, RaftLedger, ScheduledFault};
+    use phalanx_scheduler::simulate::driver::{DriverOptions, drive_with};
+
+    let mut spec = SyntheticSpec::new(32, 8, 4_000, seed);
+    spec.duration_ms = Some((1_000, 3_000));
+    let w = generate(&spec);
+    let mut sim = SimCluster::new(w.nodes, w.pods, w.pod_groups, w.queues, Vec::new());
+    let mut ledger = RaftLedger::start(3)?;
+    let mut faults = Vec::new();
+    for k in 0..u64::from(kills) {
+        let at = 2_000 + k * 6_000;
+        faults.push(ScheduledFault { at_ms: at, fault: LedgerFault::KillLeader });
+        faults.push(ScheduledFault { at_ms: at + 3_000, fault: LedgerFault::Restart(None) });
+    }
+    let opts = DriverOptions {
+        faults,
+        check_ledger_every_cycle: false,
+        horizon_ms: Some(2_000 + u64::from(kills) * 6_000 + 3_000),
+        ..DriverOptions::default()
+    };
+    let outcome = drive_with(&mut sim, &SchedulerConf::volcano_default(), &opts, &mut ledger, |_| {});
+    let mut after_kill: Vec<f64> = outcome
+        .faults
+        .iter()
+        .filter(|f| f.what.starts_with("kill:leader"))
+        .filter_map(|f| f.recovered_after.map(|d| d.as_secs_f64() * 1000.0))
+        .collect();
+    after_kill.sort_by(f64::total_cmp);
+    let pct = |p: f64| after_kill[((after_kill.len() as f64 - 1.0) * p).round() as usize];
+    if after_kill.is_empty() {
+        anyhow::bail!("no plan was committed after any kill: {:?}", outcome.faults);
+    }
+    println!("| leader kills | recovered | kill → next committed plan p50 | p99 | max | binds | violations |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {kills} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |",
+        after_kill.len(),
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
+        outcome.total_binds(),
+        outcome.violations.len()
+    );
     Ok(())
 }
