@@ -3,6 +3,7 @@
 //! restarted. After every round: I1, the usage index and no orphan reservation on every
 //! running replica's applied state. At the end: no acknowledged placement lost, no
 //! acknowledged release undone, and byte-identical replicas once the faults are cleared.
+//! And a one-way partition: a leader whose every outgoing message is lost is replaced.
 //! Waits are on conditions with bounded timeouts, never bare sleeps.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,8 +34,10 @@ const ISOLATE_ROUND: u64 = 14;
 const NODES: u64 = 6;
 const WAIT: Duration = Duration::from_secs(20);
 
+/// 20% of messages lost (requests, and replies to those delivered: 36% of exchanges
+/// fail), 5-50 ms before every request; on every replica, so on every link both ways.
 const FAULTS: NetworkFaults = NetworkFaults {
-    drop_per_mille: 250,
+    drop_per_mille: 200,
     delay_ms: (5, 50),
 };
 
@@ -381,14 +384,76 @@ async fn three_replicas_under_seeded_drops_and_delays_with_the_leader_killed_nev
     }
     assert!(accepted > 0, "no gang was ever accepted");
     assert!(refused_capacity > 0, "no gang was refused for capacity");
+    let term = cluster
+        .replica(cluster.wait_for_leader(WAIT).await.expect("a leader"))
+        .unwrap()
+        .metrics()
+        .current_term;
     eprintln!(
         "faults test: {ROUNDS} rounds x {WRITERS} writers, {accepted} gangs accepted, \
          {refused_capacity} refused for capacity, {ambiguities} ambiguous calls \
          ({unresolved} gangs not placed at the resolving read, {committed_after_read} of \
-         them placed in the end), final applied index {}, \
+         them placed in the end), final applied index {}, term {term}, \
          {stats:?}, seed {seed}, {:?}",
         read.applied_index,
         started.elapsed()
     );
+    cluster.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_outgoing_messages_are_all_lost_is_replaced_and_still_follows_one_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = start_local_cluster_with(3, dir.path(), test_config())
+        .await
+        .expect("cluster starts");
+    let client = cluster.client_with(client_config());
+    seed_ledger(&client).await;
+    let old = cluster.wait_for_leader(WAIT).await.expect("a leader");
+
+    // Every message the leader sends is lost; what it is sent still arrives, and its
+    // answers to those requests (gRPC replies) still go back: a one-way partition.
+    cluster
+        .set_faults(
+            old,
+            NetworkFaults {
+                drop_per_mille: 1000,
+                delay_ms: (0, 0),
+            },
+        )
+        .unwrap();
+    let r = cluster.replica(old).unwrap();
+    r.wait_for(WAIT, "the old leader steps down", |m| !m.state.is_leader())
+        .await
+        .expect("a higher term reaches the old leader through the followers' requests");
+    let new = cluster.wait_for_leader(WAIT).await.expect("a new leader");
+    assert_ne!(new, old);
+
+    // The new leader commits and replicates to the old one (its AppendEntries arrive,
+    // the old leader's replies travel back on the same call).
+    let outcomes = client
+        .place_gangs(1, 1, vec![gang(SEED, 0, 0, 0)])
+        .await
+        .expect("writes go on without the old leader's messages");
+    assert!(outcomes[0].is_accepted(), "{outcomes:?}");
+    let read = client.read().await.expect("linearizable read");
+    cluster
+        .wait_applied(read.applied_index, WAIT)
+        .await
+        .expect("every replica applies, the faulty one included");
+    check_invariants(&cluster, "one-way partition");
+    let stats = cluster.replica(old).unwrap().fault_stats();
+    assert!(stats.rpcs > 0 && stats.rpcs == stats.dropped_requests + stats.dropped_replies);
+
+    cluster.clear_faults();
+    assert_eq!(cluster.replica(old).unwrap().faults(), None);
+    let state = read.state.expect("state asked for");
+    for id in cluster.running_ids() {
+        let bytes = cluster
+            .replica(id)
+            .unwrap()
+            .read_local(|s, _| s.to_canonical_bytes());
+        assert!(bytes == state.to_canonical_bytes(), "replica {id} differs");
+    }
     cluster.shutdown().await.unwrap();
 }

@@ -3,11 +3,14 @@
 //!
 //! While faults are set, every outgoing `AppendEntries` / `Vote` / `InstallSnapshot` of
 //! the replica first waits a delay drawn uniformly from `delay_ms` (inside the RPC's
-//! deadline: a delay past it is a timeout, as on a slow link), then is dropped with
-//! probability `drop_per_mille / 1000`. A drop is reported as a `Network` error, as a
-//! lost message would be once its sender gives up; half of the drops lose the request
-//! before it is sent, the other half lose the reply after the peer handled the request
-//! (the peer's state moved, the sender does not know).
+//! deadline: a delay past it is a timeout, as on a slow link). Then each of its two
+//! messages is lost with probability `drop_per_mille / 1000`, independently: the request
+//! (never sent), or else the reply (the peer handled the request and its state moved, the
+//! sender does not know). So an exchange fails with probability `1 - (1 - p)^2`, and at
+//! 1000 per mille no request of this replica arrives (its peers' requests to it, and its
+//! replies to them, still do: a one-way partition). A loss is reported as a `Network`
+//! error, as a lost message would be once its sender gives up (at once, without waiting
+//! out the deadline).
 //!
 //! Determinism: each link `from -> to` draws from its own SplitMix64 stream seeded with
 //! `mix(replica_seed ^ to)`, where `replica_seed` is given to [`FaultInjector::set`]
@@ -31,7 +34,7 @@ pub const MAX_FAULT_DELAY_MS: u64 = 5_000;
 /// Faults applied to every outgoing Raft RPC of one replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NetworkFaults {
-    /// Messages lost per thousand, 0..=1000.
+    /// Messages (requests, and replies to those that arrive) lost per thousand, 0..=1000.
     pub drop_per_mille: u16,
     /// Delay before sending, uniform in `lo..=hi` milliseconds, `hi <= MAX_FAULT_DELAY_MS`.
     pub delay_ms: (u64, u64),
@@ -190,20 +193,22 @@ impl FaultInjector {
             .or_insert_with(|| SplitMix64(mix(seed ^ target)));
         let (lo, hi) = faults.delay_ms;
         let delay = Duration::from_millis(lo + rng.below(hi - lo + 1));
-        let dropped = rng.below(1000) < u64::from(faults.drop_per_mille);
-        let on_reply = rng.below(2) == 1;
+        let p = u64::from(faults.drop_per_mille);
+        // Request and reply are two messages, each lost independently.
+        let drop_request = rng.below(1000) < p;
+        let drop_reply = !drop_request && rng.below(1000) < p;
         drop(s);
         let mut stats = self
             .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         stats.rpcs += 1;
-        stats.dropped_requests += u64::from(dropped && !on_reply);
-        stats.dropped_replies += u64::from(dropped && on_reply);
+        stats.dropped_requests += u64::from(drop_request);
+        stats.dropped_replies += u64::from(drop_reply);
         Some(FaultPlan {
             delay,
-            drop_request: dropped && !on_reply,
-            drop_reply: dropped && on_reply,
+            drop_request,
+            drop_reply,
         })
     }
 }
@@ -268,10 +273,19 @@ mod tests {
             a.iter()
                 .all(|p| (5..=50).contains(&(p.delay.as_millis() as u64)))
         );
-        let dropped = a.iter().filter(|p| p.drop_request || p.drop_reply).count();
-        assert!((400..600).contains(&dropped), "{dropped} of 2000 dropped");
+        // Requests: 25%; replies: 25% of the 75% delivered.
+        let requests = a.iter().filter(|p| p.drop_request).count();
+        let replies = a.iter().filter(|p| p.drop_reply).count();
+        assert!(
+            (400..600).contains(&requests),
+            "{requests} of 2000 requests lost"
+        );
+        assert!(
+            (275..475).contains(&replies),
+            "{replies} of 2000 replies lost"
+        );
         assert!(a.iter().all(|p| !(p.drop_request && p.drop_reply)));
-        // All-drop drops everything.
+        // At 1000 per mille no request is sent.
         let f = FaultInjector::new();
         f.set(
             NetworkFaults {
@@ -281,7 +295,7 @@ mod tests {
             1,
         )
         .unwrap();
-        assert!((0..100).all(|_| f.plan(2).is_some_and(|p| p.drop_request || p.drop_reply)));
+        assert!((0..100).all(|_| f.plan(2).is_some_and(|p| p.drop_request && !p.drop_reply)));
         f.clear();
         assert_eq!(f.plan(2), None);
     }
