@@ -9,6 +9,8 @@ use std::time::Duration;
 use openraft::BasicNode;
 
 use crate::client::{ClientConfig, LedgerClient};
+use crate::network::NetworkFaults;
+use crate::network::faults::mix;
 use crate::raft_types::NodeId;
 use crate::replica::{ReplicaConfig, ReplicaError, ReplicaHandle, start_replica_with};
 
@@ -23,6 +25,10 @@ pub struct LocalCluster {
     config: ReplicaConfig,
     running: BTreeMap<NodeId, ReplicaHandle>,
     addrs: BTreeMap<NodeId, SocketAddr>,
+    /// Seed of the fault-injection streams (`set_faults`).
+    fault_seed: u64,
+    /// Faults per replica, kept across `kill`/`restart`.
+    faults: BTreeMap<NodeId, NetworkFaults>,
 }
 
 /// Starts `n` replicas with the default config, initializes them as one cluster of `n`
@@ -47,6 +53,8 @@ pub async fn start_local_cluster_with(
         config,
         running: BTreeMap::new(),
         addrs: BTreeMap::new(),
+        fault_seed: 0,
+        faults: BTreeMap::new(),
     };
     for id in 1..=n as NodeId {
         cluster.start(id, loopback_any_port()).await?;
@@ -69,6 +77,9 @@ impl LocalCluster {
     async fn start(&mut self, id: NodeId, addr: SocketAddr) -> Result<(), ReplicaError> {
         let dir = self.dir_of(id);
         let handle = start_replica_with(id, &dir, addr, &self.config).await?;
+        if let Some(f) = self.faults.get(&id) {
+            handle.set_faults(*f, self.replica_fault_seed(id))?;
+        }
         self.addrs.insert(id, handle.addr());
         self.running.insert(id, handle);
         Ok(())
@@ -181,6 +192,55 @@ impl LocalCluster {
     pub fn isolate(&self, id: NodeId, isolated: bool) -> Result<(), ReplicaError> {
         self.replica_or_err(id)?.set_isolated(isolated);
         Ok(())
+    }
+
+    /// Test seam: seeds the fault-injection streams of every replica from `seed`
+    /// (replica `i` draws from `mix(seed ^ i)`, its link to `j` from
+    /// `mix(mix(seed ^ i) ^ j)`; see `network::faults`). Applies to faults set after it.
+    /// Default 0.
+    pub fn set_fault_seed(&mut self, seed: u64) {
+        self.fault_seed = seed;
+    }
+
+    fn replica_fault_seed(&self, id: NodeId) -> u64 {
+        mix(self.fault_seed ^ id)
+    }
+
+    /// Test seam: delays and drops the outgoing Raft RPCs of replica `id` (running or
+    /// not; kept across `kill`/`restart`, the streams restart with the replica). Inert
+    /// faults clear them.
+    pub fn set_faults(&mut self, id: NodeId, faults: NetworkFaults) -> Result<(), ReplicaError> {
+        if !self.addrs.contains_key(&id) {
+            return Err(ReplicaError::Config(format!("replica {id} never ran")));
+        }
+        faults.validate().map_err(ReplicaError::Config)?;
+        if let Some(r) = self.running.get(&id) {
+            r.set_faults(faults, self.replica_fault_seed(id))?;
+        }
+        if faults.is_inert() {
+            self.faults.remove(&id);
+        } else {
+            self.faults.insert(id, faults);
+        }
+        Ok(())
+    }
+
+    /// Sets the same faults on every replica's outgoing RPCs (every link, both ways).
+    pub fn set_faults_all(&mut self, faults: NetworkFaults) -> Result<(), ReplicaError> {
+        let ids: Vec<NodeId> = self.addrs.keys().copied().collect();
+        for id in ids {
+            self.set_faults(id, faults)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&mut self) {
+        for r in self.running.values() {
+            r.set_faults(NetworkFaults::default(), 0)
+                .expect("inert faults are valid");
+        }
+        self.faults.clear();
     }
 
     /// Starts a new replica, adds it as a learner (waiting until it caught up), then

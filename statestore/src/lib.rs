@@ -22,6 +22,7 @@ pub use ledger::{
     GangDecision, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, LedgerState,
     OvercommitFactor, PodPlacement, Refusal, ResourceVec, apply,
 };
+pub use network::NetworkFaults;
 pub use network::wire::ledger_read::LedgerRead;
 pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
 pub use replica::{

@@ -19,7 +19,10 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::expiry::{Clock, spawn_expiry_loop, system_clock};
 use crate::log_store::{FileLogStore, LogStoreStats};
-use crate::network::{LedgerGrpc, MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES, PeerNetwork, RaftGrpc};
+use crate::network::{
+    FaultInjector, FaultStats, LedgerGrpc, MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES, NetworkFaults,
+    PeerNetwork, RaftGrpc,
+};
 use crate::raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::{LedgerReader, LedgerStateMachine};
 
@@ -130,6 +133,7 @@ pub struct ReplicaHandle {
     reader: LedgerReader,
     log: FileLogStore,
     isolated: Arc<AtomicBool>,
+    faults: FaultInjector,
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     expiry: Option<JoinHandle<()>>,
@@ -193,11 +197,13 @@ pub async fn start_replica_with_clock(
     let sm = open_state_machine(dir).await?;
     let reader = sm.reader();
     let isolated = Arc::new(AtomicBool::new(false));
+    let faults = FaultInjector::new();
     let network = PeerNetwork::new(
         Arc::clone(&isolated),
         Duration::from_millis(config.connect_timeout_ms),
         Duration::from_millis(config.rpc_timeout_ms),
-    );
+    )
+    .with_faults(faults.clone());
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let raft = Raft::new(id, raft_config, network, log.clone(), sm)
@@ -240,6 +246,7 @@ pub async fn start_replica_with_clock(
         reader,
         log,
         isolated,
+        faults,
         shutdown_tx: Some(shutdown_tx),
         server: Some(server),
         expiry: Some(expiry),
@@ -365,6 +372,23 @@ impl ReplicaHandle {
     /// its gRPC services answer `Unavailable`.
     pub fn set_isolated(&self, isolated: bool) {
         self.isolated.store(isolated, Ordering::Relaxed);
+    }
+
+    /// Test seam: delays and drops this replica's outgoing Raft RPCs as `faults` says,
+    /// drawing from streams seeded with `seed` (see `network::faults`); inert faults
+    /// clear them. Refused if a bound is exceeded (drop > 1000 per mille, delay > 5 s).
+    pub fn set_faults(&self, faults: NetworkFaults, seed: u64) -> Result<(), ReplicaError> {
+        self.faults.set(faults, seed).map_err(ReplicaError::Config)
+    }
+
+    /// The faults in force on this replica's outgoing RPCs, if any.
+    pub fn faults(&self) -> Option<NetworkFaults> {
+        self.faults.current()
+    }
+
+    /// What fault injection did to this replica's outgoing RPCs since it started.
+    pub fn fault_stats(&self) -> FaultStats {
+        self.faults.stats()
     }
 
     /// True while cut off by `set_isolated`.

@@ -23,6 +23,7 @@ use phalanx_proto::raft::raft_service_client::RaftServiceClient;
 use phalanx_proto::raft::{RaftReply, RaftRequest};
 use tonic::transport::{Channel, Endpoint};
 
+use super::faults::FaultInjector;
 use super::wire::{self, WireError};
 use crate::raft_types::{NodeId, TypeConfig};
 
@@ -34,6 +35,8 @@ type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftE
 pub struct PeerNetwork {
     /// When set, this replica's outgoing RPCs fail as `Unreachable` (test isolation).
     isolated: Arc<AtomicBool>,
+    /// Seeded delays and drops of outgoing RPCs (test seam; inert unless set).
+    faults: FaultInjector,
     connect_timeout: Duration,
     rpc_timeout: Duration,
 }
@@ -47,9 +50,16 @@ impl PeerNetwork {
     ) -> Self {
         Self {
             isolated,
+            faults: FaultInjector::new(),
             connect_timeout,
             rpc_timeout,
         }
+    }
+
+    /// The same, with outgoing RPCs subject to `faults` (a test seam, see `faults.rs`).
+    pub fn with_faults(mut self, faults: FaultInjector) -> Self {
+        self.faults = faults;
+        self
     }
 }
 
@@ -133,15 +143,33 @@ impl PeerClient {
     {
         let client = self.client()?;
         let deadline = self.deadline(option);
+        let plan = self.net.faults.plan(self.target);
         let mut request = tonic::Request::new(req);
         request.set_timeout(deadline);
-        match tokio::time::timeout(deadline, send(client, request)).await {
+        let target = self.target;
+        let exchange = async move {
+            if let Some(plan) = plan {
+                tokio::time::sleep(plan.delay).await;
+                if plan.drop_request {
+                    return Err(None);
+                }
+            }
+            let result = send(client, request).await.map_err(Some);
+            if plan.is_some_and(|p| p.drop_reply) && result.is_ok() {
+                return Err(None);
+            }
+            result
+        };
+        match tokio::time::timeout(deadline, exchange).await {
+            Ok(Err(None)) => Err(network(format!(
+                "message to {target} dropped (fault injection)"
+            ))),
             Err(_) => Err(network(format!(
                 "rpc to {} timed out after {deadline:?}",
                 self.target
             ))),
             Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => match status.code() {
+            Ok(Err(Some(status))) => match status.code() {
                 tonic::Code::Unavailable => Err(unreachable(format!(
                     "peer {} unavailable: {}",
                     self.target,
