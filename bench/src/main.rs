@@ -133,8 +133,14 @@ fn failover(kills: u32, seed: u64) -> Result<()> {
     let mut faults = Vec::new();
     for k in 0..u64::from(kills) {
         let at = 2_000 + k * 6_000;
-        faults.push(ScheduledFault { at_ms: at, fault: LedgerFault::KillLeader });
-        faults.push(ScheduledFault { at_ms: at + 3_000, fault: LedgerFault::Restart(None) });
+        faults.push(ScheduledFault {
+            at_ms: at,
+            fault: LedgerFault::KillLeader,
+        });
+        faults.push(ScheduledFault {
+            at_ms: at + 3_000,
+            fault: LedgerFault::Restart(None),
+        });
     }
     let opts = DriverOptions {
         faults,
@@ -142,7 +148,13 @@ fn failover(kills: u32, seed: u64) -> Result<()> {
         horizon_ms: Some(2_000 + u64::from(kills) * 6_000 + 3_000),
         ..DriverOptions::default()
     };
-    let outcome = drive_with(&mut sim, &SchedulerConf::volcano_default(), &opts, &mut ledger, |_| {});
+    let outcome = drive_with(
+        &mut sim,
+        &SchedulerConf::volcano_default(),
+        &opts,
+        &mut ledger,
+        |_| {},
+    );
     let mut after_kill: Vec<f64> = outcome
         .faults
         .iter()
@@ -154,7 +166,9 @@ fn failover(kills: u32, seed: u64) -> Result<()> {
     if after_kill.is_empty() {
         anyhow::bail!("no plan was committed after any kill: {:?}", outcome.faults);
     }
-    println!("| leader kills | recovered | kill → next committed plan p50 | p99 | max | binds | violations |");
+    println!(
+        "| leader kills | recovered | kill → next committed plan p50 | p99 | max | binds | violations |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {kills} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |",

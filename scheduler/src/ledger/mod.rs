@@ -56,6 +56,21 @@ pub enum LedgerError {
 pub enum Verdict {
     Accepted,
     Refused(String),
+    /// The proposal's outcome was unknown and the ledger did not hold the gang when asked;
+    /// the entry may still commit later (a live leader may apply it after the read). The
+    /// caller keeps the gang unbound and asks again with [`held_by`] in later cycles.
+    InDoubt(String),
+}
+
+/// Whether the ledger holds every pod of `gang` on the node it was proposed for.
+pub fn held_by(state: &LedgerState, gang: &GangPlacement) -> bool {
+    let key = gang.gang.to_string();
+    gang.placements.iter().all(|p| {
+        state
+            .placements
+            .get(&p.pod.to_string())
+            .is_some_and(|placed| placed.node == p.node && placed.gang == key)
+    })
 }
 
 /// The operations commit-then-bind needs. Implemented for every [`LedgerBackend`].
@@ -105,7 +120,7 @@ impl<T: LedgerBackend> PlacementLedger for T {
         for (g, v) in gangs.iter().zip(outcomes) {
             match v {
                 Verdict::Accepted => bound.push(g.gang.clone()),
-                Verdict::Refused(r) => {
+                Verdict::Refused(r) | Verdict::InDoubt(r) => {
                     warnings.push(format!("pod {} already running: {r}", g.gang))
                 }
             }
@@ -194,7 +209,7 @@ fn resolve(state: &LedgerState, gang: &LedgerGang, why: &str) -> Verdict {
     if held {
         Verdict::Accepted
     } else {
-        Verdict::Refused(format!("not committed ({why}); it will be proposed again"))
+        Verdict::InDoubt(format!("outcome unknown ({why}) and not in the ledger yet"))
     }
 }
 
@@ -385,17 +400,19 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_of_unknown_outcome_that_did_not_commit_is_proposed_again_later() {
+    fn a_plan_of_unknown_outcome_not_in_the_ledger_is_in_doubt_until_it_appears() {
         let mut l = ledger(false);
         let verdicts = l.commit(&[gang()]).expect("resolved");
         assert!(
-            matches!(&verdicts[..], [Verdict::Refused(why)] if why.contains("not committed")),
+            matches!(&verdicts[..], [Verdict::InDoubt(why)] if why.contains("not in the ledger")),
             "{verdicts:?}"
         );
-        // Next cycle proposes it again and it is accepted.
+        assert!(!held_by(&l.state().expect("readable"), &gang()));
+        // A later proposal of the same gang is accepted and then held.
         assert_eq!(
             l.commit(&[gang()]).expect("commits"),
             vec![Verdict::Accepted]
         );
+        assert!(held_by(&l.state().expect("readable"), &gang()));
     }
 }

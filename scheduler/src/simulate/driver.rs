@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::framework::cycle::pending_reason;
-use crate::framework::{CyclePlan, SchedulerConf, run_cycle};
+use crate::framework::{CyclePlan, GangPlacement, SchedulerConf, run_cycle};
 use crate::invariants::{self, Violation};
 use crate::ledger::{
-    LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger,
+    LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger, held_by,
 };
 use crate::model::{ObjectKey, TimeMs};
 
@@ -84,6 +84,9 @@ pub struct RunOutcome {
     pub bind_errors: Vec<String>,
     /// Gangs the ledger refused, with its reason (they stay pending and are retried).
     pub ledger_refusals: Vec<(u32, String, String)>,
+    /// Gangs whose commit was of unknown outcome and turned up in the ledger later (bound
+    /// then): (cycle, gang).
+    pub late_commits: Vec<(u32, String)>,
     /// Ledger errors (unreachable, refused commands); nothing is bound in such a cycle.
     pub ledger_errors: Vec<String>,
     pub warnings: Vec<String>,
@@ -157,7 +160,11 @@ pub fn drive_with(
     faults.sort_by_key(|f| f.at_ms);
     let mut faults = faults.into_iter().peekable();
     let mut awaiting_recovery: Vec<(usize, Instant)> = Vec::new();
+    let mut in_doubt: Vec<(u32, GangPlacement)> = Vec::new();
     loop {
+        if !in_doubt.is_empty() {
+            reconcile_in_doubt(sim, ledger, &mut in_doubt, outcome.cycles, &mut outcome);
+        }
         while let Some(f) = faults.next_if(|f| f.at_ms <= sim.now_ms()) {
             let what = match ledger.inject(&f.fault) {
                 Ok(done) => format!("{}: {done}", f.fault),
@@ -194,7 +201,7 @@ pub fn drive_with(
         let cycle = outcome.cycles;
         let committed = Instant::now();
         let errors_before = outcome.ledger_errors.len();
-        let performed = perform(sim, ledger, &plan, cycle, &mut outcome);
+        let performed = perform(sim, ledger, &plan, cycle, &mut outcome, &mut in_doubt);
         let commit = committed.elapsed();
         if !performed.gangs.is_empty() && outcome.ledger_errors.len() == errors_before {
             for (i, since) in awaiting_recovery.drain(..) {
@@ -209,7 +216,7 @@ pub fn drive_with(
             }
             found.extend(invariants::check_no_lost_placement(sim, &performed));
             if opts.check_ledger_every_cycle {
-                found.extend(check_against_ledger(sim, ledger));
+                found.extend(check_against_ledger(sim, ledger, &in_doubt));
             }
             outcome
                 .violations
@@ -228,7 +235,8 @@ pub fn drive_with(
             finished_pods: finished.len(),
         };
         on_cycle(&stats);
-        let changed = stats.binds > 0
+        let changed = !in_doubt.is_empty()
+            || stats.binds > 0
             || stats.phase_changes > 0
             || !finished.is_empty()
             || stats.refused_gangs > 0
@@ -261,7 +269,7 @@ pub fn drive_with(
     }
     if opts.check_invariants && !opts.check_ledger_every_cycle {
         let cycle = outcome.cycles;
-        let found = check_against_ledger(sim, ledger);
+        let found = check_against_ledger(sim, ledger, &in_doubt);
         outcome
             .violations
             .extend(found.into_iter().map(|v| (cycle, v)));
@@ -304,6 +312,7 @@ fn perform(
     plan: &CyclePlan,
     cycle: u32,
     outcome: &mut RunOutcome,
+    in_doubt: &mut Vec<(u32, GangPlacement)>,
 ) -> CyclePlan {
     let mut performed = CyclePlan::default();
     for eviction in &plan.evictions {
@@ -325,6 +334,12 @@ fn perform(
                             outcome
                                 .ledger_refusals
                                 .push((cycle, gang.gang.to_string(), why))
+                        }
+                        Verdict::InDoubt(why) => {
+                            outcome
+                                .ledger_refusals
+                                .push((cycle, gang.gang.to_string(), why));
+                            in_doubt.push((cycle, gang.clone()));
                         }
                     }
                 }
@@ -394,11 +409,81 @@ fn release_gone(
     }
 }
 
+/// Cycles a gang of unknown outcome is watched for a late commit before it is given up (the
+/// replicated ledger's client gives up on a proposal within seconds; a cycle is a schedule
+/// period of simulated time, and several wall-clock round trips of the ledger).
+const IN_DOUBT_CYCLES: u32 = 5;
+
+/// Gangs whose proposal had an unknown outcome: the ones the ledger now holds are bound (a
+/// late commit), the ones still absent after [`IN_DOUBT_CYCLES`] are given up. A pod of such
+/// a gang that the scheduler meanwhile placed elsewhere, or that is gone, has its stale
+/// placement released.
+fn reconcile_in_doubt(
+    sim: &mut SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    in_doubt: &mut Vec<(u32, GangPlacement)>,
+    cycle: u32,
+    outcome: &mut RunOutcome,
+) {
+    let state = match ledger.state() {
+        Ok(s) => s,
+        Err(e) => {
+            outcome.ledger_errors.push(format!(
+                "cycle {cycle}: reading the ledger for gangs in doubt: {e}"
+            ));
+            return;
+        }
+    };
+    let mut bound = Vec::new();
+    let mut stale = Vec::new();
+    in_doubt.retain(|(since, gang)| {
+        if held_by(&state, gang) {
+            for p in &gang.placements {
+                let pending = sim.pod(&p.pod).is_some_and(|pod| pod.node_name.is_none());
+                if pending && sim.bind(&p.pod, &p.node).is_ok() {
+                    bound.push(p.pod.clone());
+                } else if sim.pod(&p.pod).and_then(|pod| pod.node_name.as_deref())
+                    != Some(p.node.as_str())
+                {
+                    stale.push(p.pod.clone());
+                }
+            }
+            outcome.late_commits.push((cycle, gang.gang.to_string()));
+            return false;
+        }
+        cycle.saturating_sub(*since) < IN_DOUBT_CYCLES
+    });
+    if !bound.is_empty()
+        && let Err(e) = ledger.mark_bound(&bound)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: recording late binds: {e}"));
+    }
+    if !stale.is_empty()
+        && let Err(e) = ledger.release(&stale, ReleaseReason::BindFailed)
+    {
+        outcome
+            .ledger_errors
+            .push(format!("cycle {cycle}: releasing stale placements: {e}"));
+    }
+}
+
 /// Commit-then-bind, checked against the ledger's state: every pod bound during the run holds
 /// a placement on the same node in the ledger, every placement the ledger holds belongs to a
 /// pod on that node (none lost: I3), and the ledger's own checks (I1 on committed usage, its
 /// usage index, no orphan reservation) hold.
-pub fn check_against_ledger(sim: &SimCluster, ledger: &mut dyn PlacementLedger) -> Vec<Violation> {
+/// Pods of gangs in doubt (their proposal's outcome is unknown and may still commit) are not
+/// judged: the reconciliation of the next cycles binds or gives them up.
+pub fn check_against_ledger(
+    sim: &SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    in_doubt: &[(u32, GangPlacement)],
+) -> Vec<Violation> {
+    let doubtful: std::collections::HashSet<String> = in_doubt
+        .iter()
+        .flat_map(|(_, g)| g.placements.iter().map(|p| p.pod.to_string()))
+        .collect();
     let state = match ledger.state() {
         Ok(s) => s,
         Err(e) => {
@@ -439,7 +524,7 @@ pub fn check_against_ledger(sim: &SimCluster, ledger: &mut dyn PlacementLedger) 
         }
     }
     for (pod, placement) in &state.placements {
-        if on_node.get(pod).copied() != Some(placement.node.as_str()) {
+        if on_node.get(pod).copied() != Some(placement.node.as_str()) && !doubtful.contains(pod) {
             out.push(Violation {
                 invariant: "I3 no lost placement",
                 detail: format!(
@@ -450,4 +535,92 @@ pub fn check_against_ledger(sim: &SimCluster, ledger: &mut dyn PlacementLedger) 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{LedgerBackend, LedgerError};
+    use crate::model::{GROUP_NAME_ANNOTATION, Node, Pod, PodGroup, Queue, Resources};
+    use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState};
+
+    /// A ledger whose first placement proposal is "lost" by its client (unknown outcome, not
+    /// applied yet) and commits late: it is applied just before the second read.
+    struct LateCommitLedger {
+        inner: LocalLedger,
+        late: Option<Vec<LedgerCommand>>,
+        reads: u32,
+        armed: bool,
+    }
+
+    impl LedgerBackend for LateCommitLedger {
+        fn propose_all(
+            &mut self,
+            commands: Vec<LedgerCommand>,
+        ) -> Result<Vec<LedgerResponse>, LedgerError> {
+            let placing = commands
+                .iter()
+                .any(|c| matches!(c, LedgerCommand::PlaceGangs { .. }));
+            if self.armed && placing {
+                self.armed = false;
+                self.late = Some(commands);
+                return Err(LedgerError::Ambiguous("client timed out".into()));
+            }
+            self.inner.propose_all(commands)
+        }
+        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+            self.reads += 1;
+            if self.reads >= 2
+                && let Some(late) = self.late.take()
+            {
+                self.inner.propose_all(late)?;
+            }
+            self.inner.read_state()
+        }
+        fn replica_count(&self) -> usize {
+            3
+        }
+    }
+
+    #[test]
+    fn a_gang_whose_commit_lands_late_is_bound_then_and_never_placed_twice() {
+        let gpu = |n| Resources::from_pairs([("nvidia.com/gpu", n)]);
+        let mut group = PodGroup::new(ObjectKey::new("default", "g"), 2);
+        group.status.phase = crate::model::PodGroupPhase::Inqueue;
+        let pods: Vec<Pod> = (0..2)
+            .map(|i| {
+                let mut p = Pod::new(ObjectKey::new("default", format!("g-{i}")), gpu(1));
+                p.group = Some("g".into());
+                p.annotations
+                    .insert(GROUP_NAME_ANNOTATION.into(), "g".into());
+                p.creation_index = i + 1;
+                p
+            })
+            .collect();
+        let mut sim = SimCluster::new(
+            vec![Node::new("n1", gpu(2))],
+            pods,
+            vec![group],
+            vec![Queue::new("default")],
+            Vec::new(),
+        );
+        let mut ledger = LateCommitLedger {
+            inner: LocalLedger::new(),
+            late: None,
+            reads: 0,
+            armed: true,
+        };
+        let outcome = drive_with(
+            &mut sim,
+            &SchedulerConf::volcano_default(),
+            &DriverOptions::default(),
+            &mut ledger,
+            |_| {},
+        );
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        assert_eq!(outcome.late_commits.len(), 1, "{outcome:?}");
+        assert!(sim.pods().all(|p| p.node_name.as_deref() == Some("n1")));
+        let state = ledger.read_state().expect("readable");
+        assert_eq!(state.placements.len(), 2);
+    }
 }
