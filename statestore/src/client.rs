@@ -41,7 +41,7 @@ impl Default for ClientConfig {
             max_attempts: 40,
             rpc_timeout: Duration::from_secs(5),
             backoff: Duration::from_millis(25),
-            max_backoff: Duration::from_millis(400),
+            max_backoff: Duration::from_millis(100),
         }
     }
 }

@@ -52,9 +52,9 @@ pub struct ReplicaConfig {
 impl Default for ReplicaConfig {
     fn default() -> Self {
         Self {
-            heartbeat_ms: 100,
-            election_timeout_min_ms: 500,
-            election_timeout_max_ms: 1000,
+            heartbeat_ms: 60,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
             snapshot_every_entries: 1000,
             keep_entries_after_snapshot: 100,
             max_payload_entries: 256,

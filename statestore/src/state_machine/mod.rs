@@ -88,10 +88,35 @@ fn sled_io(e: sled::Error) -> io::Error {
     io::Error::other(e)
 }
 
+/// Attempts at opening sled while its file lock is still held, and the pause between them.
+const SLED_LOCK_ATTEMPTS: u32 = 100;
+const SLED_LOCK_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Opens sled, waiting (bounded: 2 s) while a previous instance's lock is still held. sled
+/// 0.34 releases its file lock only when its background flusher thread exits, a moment after
+/// the `Db` is dropped, so an immediate reopen in the same process (a replica restarted in
+/// place) can find the lock taken (`WouldBlock`).
+fn open_sled(dir: &Path) -> io::Result<sled::Db> {
+    let mut attempt = 0;
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e))
+                if attempt + 1 < SLED_LOCK_ATTEMPTS
+                    && e.to_string().contains("could not acquire lock") =>
+            {
+                attempt += 1;
+                std::thread::sleep(SLED_LOCK_PAUSE);
+            }
+            Err(e) => return Err(sled_io(e)),
+        }
+    }
+}
+
 impl SnapshotStore {
     fn open(dir: &Path) -> io::Result<Self> {
         let dir = dir.join(SLED_DIR_NAME);
-        let db = sled::Config::new().path(&dir).open().map_err(sled_io)?;
+        let db = open_sled(&dir)?;
         Ok(Self {
             db,
             dir,
@@ -352,5 +377,24 @@ mod tests {
         let (applied, released) = sm.reader().read(|s, a| (a, s.released_total));
         assert_eq!(applied.map(|l| l.index), Some(10));
         assert_eq!(released, 42);
+    }
+
+    #[test]
+    fn reopening_waits_for_a_previous_instance_to_release_the_sled_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let first = sled::Config::new().path(&path).open().unwrap();
+        // The lock is held while `first` lives; it is dropped on another thread shortly after
+        // the second open starts, as a restarted replica meets it.
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let releaser = std::thread::spawn(move || {
+            started_rx.recv().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(first);
+        });
+        started_tx.send(()).unwrap();
+        let second = open_sled(&path);
+        releaser.join().unwrap();
+        assert!(second.is_ok(), "{:?}", second.err());
     }
 }
