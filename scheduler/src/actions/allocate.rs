@@ -76,15 +76,7 @@ impl Placer {
     /// Tries to place the job's pending tasks. Returns true when the job became ready with
     /// tasks still pending, so it should go back in line.
     fn allocate_job(&mut self, session: &mut Session, queue: QueueId, job: JobId) -> bool {
-        let mut tasks: Vec<TaskId> = session
-            .state
-            .pending_tasks(job)
-            .filter(|&t| !session.state.tasks[t].is_best_effort())
-            .collect();
-        {
-            let (state, plugins) = (&session.state, &session.plugins);
-            tasks.sort_by(|&a, &b| plugins.task_order(state, a, b));
-        }
+        let tasks: Vec<TaskId> = session.pending_tasks_in_order(job);
         if tasks.is_empty() {
             return false;
         }

@@ -172,15 +172,7 @@ fn make_room(
     deserved: &[Resources],
     units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
 ) -> bool {
-    let mut tasks: Vec<TaskId> = session
-        .state
-        .pending_tasks(job)
-        .filter(|&t| !session.state.tasks[t].is_best_effort())
-        .collect();
-    {
-        let (state, plugins) = (&session.state, &session.plugins);
-        tasks.sort_by(|&a, &b| plugins.task_order(state, a, b));
-    }
+    let tasks: Vec<TaskId> = session.pending_tasks_in_order(job);
     if tasks.is_empty() {
         return false;
     }

@@ -284,6 +284,18 @@ pub struct Session {
 }
 
 impl Session {
+    /// The job's pending pods that request something (best-effort pods are `backfill`'s), in
+    /// task order: the order in which a gang's pods are placed.
+    pub fn pending_tasks_in_order(&self, job: JobId) -> Vec<TaskId> {
+        let mut tasks: Vec<TaskId> = self
+            .state
+            .pending_tasks(job)
+            .filter(|&t| !self.state.tasks[t].is_best_effort())
+            .collect();
+        tasks.sort_by(|&a, &b| self.plugins.task_order(&self.state, a, b));
+        tasks
+    }
+
     /// What is free per resource and on how many nodes; for messages after the actions ran.
     pub fn free_summary(&self) -> &crate::framework::explain::FreeSummary {
         self.free_summary
