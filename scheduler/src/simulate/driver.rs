@@ -379,13 +379,29 @@ fn perform(
             .ledger_errors
             .push(format!("cycle {cycle}: releasing failed binds: {e}"));
     }
+    // A gang the ledger did not accept is not bound, so the status the cycle computed for it
+    // (Running, Scheduled) would be false: it is left as it was, and the next cycle, which
+    // sees the gang still pending, writes the true one.
+    let not_bound: std::collections::HashSet<&ObjectKey> = plan
+        .gangs
+        .iter()
+        .map(|g| &g.gang)
+        .filter(|k| !performed.gangs.iter().any(|p| &p.gang == *k))
+        .collect();
     for (key, status) in &plan.status_updates {
+        if not_bound.contains(key) {
+            continue;
+        }
         if let Err(e) = sim.update_pod_group_status(key, status) {
             outcome.bind_errors.push(format!("status of {key}: {e}"));
         }
         performed.status_updates.push((key.clone(), status.clone()));
     }
-    for event in &plan.events {
+    for event in plan
+        .events
+        .iter()
+        .filter(|e| !not_bound.contains(&e.object))
+    {
         let _ = sim.record_event(event);
     }
     performed
@@ -622,5 +638,77 @@ mod tests {
         assert!(sim.pods().all(|p| p.node_name.as_deref() == Some("n1")));
         let state = ledger.read_state().expect("readable");
         assert_eq!(state.placements.len(), 2);
+    }
+
+    /// A ledger that cannot be reached for placements (every `PlaceGangs` fails).
+    struct UnreachableLedger {
+        inner: LocalLedger,
+    }
+
+    impl LedgerBackend for UnreachableLedger {
+        fn propose_all(
+            &mut self,
+            commands: Vec<LedgerCommand>,
+        ) -> Result<Vec<LedgerResponse>, LedgerError> {
+            if commands
+                .iter()
+                .any(|c| matches!(c, LedgerCommand::PlaceGangs { gangs, .. } if !gangs.is_empty()))
+                && self.inner.read_state()?.shards.contains_key(&0)
+                && !self.inner.read_state()?.nodes.is_empty()
+                && commands.len() == 1
+            {
+                return Err(LedgerError::Unavailable("no leader".into()));
+            }
+            self.inner.propose_all(commands)
+        }
+        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+            self.inner.read_state()
+        }
+        fn replica_count(&self) -> usize {
+            3
+        }
+    }
+
+    #[test]
+    fn a_gang_the_ledger_never_accepted_is_neither_bound_nor_reported_running() {
+        let gpu = |n| Resources::from_pairs([("nvidia.com/gpu", n)]);
+        let mut group = PodGroup::new(ObjectKey::new("default", "g"), 1);
+        group.status.phase = crate::model::PodGroupPhase::Inqueue;
+        let mut pod = Pod::new(ObjectKey::new("default", "g-0"), gpu(1));
+        pod.group = Some("g".into());
+        pod.creation_index = 1;
+        let mut sim = SimCluster::new(
+            vec![Node::new("n1", gpu(1))],
+            vec![pod],
+            vec![group],
+            vec![Queue::new("default")],
+            Vec::new(),
+        );
+        let mut ledger = UnreachableLedger {
+            inner: LocalLedger::new(),
+        };
+        let opts = DriverOptions {
+            exact_cycles: Some(3),
+            ..DriverOptions::default()
+        };
+        let outcome = drive_with(
+            &mut sim,
+            &SchedulerConf::volcano_default(),
+            &opts,
+            &mut ledger,
+            |_| {},
+        );
+        assert_eq!(
+            outcome.ledger_errors.len(),
+            3,
+            "{:?}",
+            outcome.ledger_errors
+        );
+        assert!(sim.pods().all(|p| p.node_name.is_none()));
+        let phase = sim
+            .pod_group(&ObjectKey::new("default", "g"))
+            .map(|g| g.status.phase);
+        assert_eq!(phase, Some(crate::model::PodGroupPhase::Inqueue));
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     }
 }
