@@ -27,7 +27,10 @@ struct Cli {
 enum Command {
     /// Run the scheduler on an embedded simulated cluster: the built-in demo (no arguments),
     /// a scenario file (--scenario), or a generated workload (--nodes/--jobs).
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
+    /// Print the CustomResourceDefinitions of PodGroup and Queue (scheduling.volcano.sh/v1beta1),
+    /// generated from phalanx's types, as multi-document YAML (deploy/crds/ holds them).
+    Crds,
 }
 
 #[derive(Args, Debug)]
@@ -93,7 +96,21 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Simulate(args) => simulate(args),
+        Command::Simulate(args) => simulate(*args),
+        Command::Crds => crds(),
+    }
+}
+
+fn crds() -> ExitCode {
+    match phalanx_scheduler::manifest::volcano::crd::all_crds_yaml() {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

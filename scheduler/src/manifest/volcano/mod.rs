@@ -4,10 +4,13 @@
 //! wrongly typed value is reported, and a warning says when one that changes scheduling in
 //! Volcano is ignored here.
 
+pub mod crd;
 pub mod job;
 pub mod pod_group;
 pub mod queue;
+mod schema;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use job::{ExpandedJob, VolcanoJob, expand_job, job_min_resources};
@@ -18,10 +21,13 @@ pub use queue::{VolcanoQueue, queue_from_volcano};
 pub const MAX_MIN_MEMBER: i32 = 100_000;
 
 /// Volcano's `NetworkTopologySpec` (read, not acted on).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkTopologySpec {
+    /// hard or soft.
     pub mode: Option<String>,
+    /// The highest network tier the pods may span.
     pub highest_tier_allowed: Option<i64>,
+    /// The name of that tier.
     pub highest_tier_name: Option<String>,
 }

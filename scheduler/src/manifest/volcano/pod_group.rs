@@ -4,9 +4,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 
+use super::schema::{label_selector_schema, resource_list_schema};
 use super::{MAX_MIN_MEMBER, NetworkTopologySpec};
 use crate::manifest::convert::{ResourceList, resources_from_k8s};
 use crate::manifest::error::FieldError;
@@ -20,35 +22,86 @@ pub struct VolcanoPodGroup {
     pub status: Option<VolcanoPodGroupStatus>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+// Also the `spec` schema of the PodGroup CRD (`phalanx crds`): its doc comments are the
+// descriptions `kubectl explain` shows.
+/// What the gang needs: how many pods, which queue, which priority, which resources.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
+    /// The fewest pods that must be placed together (the gang); 1 when absent.
     pub min_member: Option<i32>,
+    /// The fewest pods per task (by task name) that must be placed together.
     pub min_task_member: Option<BTreeMap<String, i32>>,
+    /// The queue the PodGroup is admitted through; `default` when absent.
+    #[schemars(extend("default" = "default"))]
     pub queue: Option<String>,
+    /// The PriorityClass of the PodGroup (and of its pods).
     pub priority_class_name: Option<String>,
+    /// The resources the whole gang needs before any of it is placed.
     pub min_resources: Option<MinResources>,
+    /// Network topology constraints (read, not acted on by phalanx).
     pub network_topology: Option<NetworkTopologySpec>,
+    /// Sub-groups of the gang with their own topology constraints (read, not acted on).
     pub sub_group_policy: Option<Vec<SubGroupPolicySpec>>,
+    /// Whether the gang's pods may be preempted (read, not acted on).
+    pub preemptable: Option<bool>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// One entry of `spec.subGroupPolicy`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SubGroupPolicySpec {
+    /// The sub-group's name.
     pub name: Option<String>,
+    /// The sub-group's network topology constraint.
     pub network_topology: Option<NetworkTopologySpec>,
+    /// Pods per sub-group.
     pub sub_group_size: Option<i32>,
+    /// The fewest sub-groups that must be placed.
     pub min_sub_groups: Option<i32>,
+    /// Selects the pods of this policy.
+    #[schemars(schema_with = "label_selector_schema")]
+    #[serde(default)]
     pub label_selector: Option<LabelSelector>,
+    /// Label keys whose values split the selected pods into sub-groups.
     pub match_label_keys: Option<Vec<String>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+// Also the `status` schema of the PodGroup CRD.
+/// Where the gang is: its phase, conditions and pod counts.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 pub struct VolcanoPodGroupStatus {
+    /// Pending, Inqueue, Running, Completed or Unknown.
     pub phase: Option<String>,
+    /// The latest observations of the PodGroup's state (e.g. why it is not scheduled).
+    pub conditions: Option<Vec<PodGroupCondition>>,
+    /// Pods in phase Running.
     pub running: Option<i32>,
+    /// Pods in phase Succeeded.
     pub succeeded: Option<i32>,
+    /// Pods in phase Failed.
     pub failed: Option<i32>,
+}
+
+/// One entry of `status.conditions` (read, not acted on).
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupCondition {
+    /// The condition's type, e.g. Scheduled or Unschedulable.
+    #[serde(rename = "type")]
+    pub condition_type: Option<String>,
+    /// True, False or Unknown.
+    pub status: Option<String>,
+    /// The scheduling cycle that last changed the condition.
+    #[serde(rename = "transitionID")]
+    pub transition_id: Option<String>,
+    /// When the condition last changed (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub last_transition_time: Option<String>,
+    /// A machine-readable reason for the last change.
+    pub reason: Option<String>,
+    /// A human-readable message about the last change.
+    pub message: Option<String>,
 }
 
 /// `spec.minResources`: Volcano's is a plain ResourceList (`{nvidia.com/gpu: 11}`); the
@@ -84,6 +137,18 @@ impl<'de> Deserialize<'de> for MinResources {
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// Volcano's schema: a plain ResourceList. The nested `{requests: {...}}` spelling that the
+/// loader also reads is not in it, so the API server refuses it, as it does with Volcano's CRD.
+impl JsonSchema for MinResources {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MinResources".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        resource_list_schema(generator)
     }
 }
 

@@ -1,8 +1,10 @@
 //! `scheduling.volcano.sh/v1beta1 Queue`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::schema::resource_list_schema;
 use crate::manifest::convert::{ResourceList, limits_from_k8s, required_name, resources_from_k8s};
 use crate::manifest::error::FieldError;
 use crate::model::{Queue, QueueState, Resources};
@@ -15,52 +17,116 @@ pub struct VolcanoQueue {
     pub status: Option<VolcanoQueueStatus>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+// Also the `spec` schema of the Queue CRD (`phalanx crds`): its doc comments are the
+// descriptions `kubectl explain` shows.
+/// The queue's share of the cluster: weight, capability, deserved share and guarantee.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueSpec {
+    /// The queue's share of the cluster relative to the other queues; 1 when absent or 0.
     pub weight: Option<i32>,
+    /// The most the queue's PodGroups may use together.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
     pub capability: Option<ResourceList>,
+    /// Whether other queues may reclaim what this queue uses beyond its deserved share.
     pub reclaimable: Option<bool>,
+    /// Clusters the queue's jobs may be dispatched to (read, not acted on).
     pub extend_clusters: Option<Vec<Cluster>>,
+    /// Resources reserved for the queue.
     pub guarantee: Option<Guarantee>,
+    /// Node groups the queue's pods are placed on or kept off (read, not acted on).
     pub affinity: Option<QueueAffinity>,
+    /// The queue's type.
     #[serde(rename = "type")]
     pub queue_type: Option<String>,
+    /// The parent queue in a hierarchy (read; phalanx's queues are all top-level).
     pub parent: Option<String>,
+    /// The resources the queue is entitled to; what it uses beyond them can be reclaimed.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
     pub deserved: Option<ResourceList>,
+    /// Queues of higher priority are served first and reclaimed from last.
     pub priority: Option<i32>,
+    /// How PodGroups leave the queue (read, not acted on).
     pub dequeue_strategy: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// One entry of `spec.extendClusters`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 pub struct Cluster {
+    /// The cluster's name.
     pub name: Option<String>,
+    /// The cluster's weight.
     pub weight: Option<i32>,
+    /// The cluster's capacity.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
     pub capacity: Option<ResourceList>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// `spec.guarantee`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 pub struct Guarantee {
+    /// The resources reserved for the queue.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
     pub resource: Option<ResourceList>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// `spec.affinity`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueAffinity {
+    /// Node groups the queue's pods should be placed on.
     pub node_group_affinity: Option<NodeGroupAffinity>,
+    /// Node groups the queue's pods should be kept off.
     pub node_group_anti_affinity: Option<NodeGroupAffinity>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Node-group names, required or preferred.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupAffinity {
+    /// Node groups that must match.
     pub required_during_scheduling_ignored_during_execution: Option<Vec<String>>,
+    /// Node groups that should match.
     pub preferred_during_scheduling_ignored_during_execution: Option<Vec<String>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+// Also the `status` schema of the Queue CRD.
+/// The queue's state and the count of its PodGroups in each phase.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 pub struct VolcanoQueueStatus {
+    /// Open, Closed or Closing; Open when absent.
     pub state: Option<String>,
+    /// PodGroups of the queue in phase Unknown.
+    pub unknown: Option<i32>,
+    /// PodGroups of the queue in phase Pending.
+    pub pending: Option<i32>,
+    /// PodGroups of the queue in phase Running.
+    pub running: Option<i32>,
+    /// PodGroups of the queue in phase Inqueue.
+    pub inqueue: Option<i32>,
+    /// PodGroups of the queue in phase Completed.
+    pub completed: Option<i32>,
+    /// Nodes and resources held for the queue (read, not acted on).
+    pub reservation: Option<Reservation>,
+    /// The resources the queue's pods hold.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
+    pub allocated: Option<ResourceList>,
+}
+
+/// `status.reservation`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+pub struct Reservation {
+    /// Nodes held for the queue.
+    pub nodes: Option<Vec<String>>,
+    /// The idle resources of those nodes.
+    #[schemars(schema_with = "resource_list_schema")]
+    #[serde(default)]
+    pub resource: Option<ResourceList>,
 }
 
 const STATES: &[&str] = &["Open", "Closed", "Closing"];
