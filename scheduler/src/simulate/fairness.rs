@@ -20,9 +20,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::cluster::sim::SimCluster;
 use crate::framework::SchedulerConf;
 use crate::model::resources::{CPU, GPU, MEMORY};
-use crate::model::{GROUP_NAME_ANNOTATION, ObjectKey, Pod, PodGroup, Queue, Resources};
+use crate::model::{GROUP_NAME_ANNOTATION, ObjectKey, Pod, PodGroup, Resources};
 use crate::simulate::driver::{DriverOptions, drive};
-use crate::simulate::synthetic::node_for;
+use crate::simulate::synthetic::{node_for, queues_with_default};
 
 #[derive(Clone, Debug)]
 pub struct FairnessSpec {
@@ -134,18 +134,7 @@ pub fn run(spec: &FairnessSpec, conf: &SchedulerConf) -> FairnessReport {
     let nodes: Vec<_> = (0..spec.nodes)
         .map(|i| node_for(i, spec.gpus_per_node))
         .collect();
-    let mut queues: Vec<Queue> = spec
-        .queues
-        .iter()
-        .map(|(name, weight)| {
-            let mut q = Queue::new(name.clone());
-            q.weight = *weight;
-            q
-        })
-        .collect();
-    if !queues.iter().any(|q| q.name == crate::model::DEFAULT_QUEUE) {
-        queues.push(Queue::new(crate::model::DEFAULT_QUEUE));
-    }
+    let queues = queues_with_default(&spec.queues);
     let mut batches: Vec<(Vec<Pod>, Vec<PodGroup>)> = vec![Default::default(); spec.queues.len()];
     let mut index = 0u64;
     for j in 0..spec.jobs {

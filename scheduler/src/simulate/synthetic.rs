@@ -73,13 +73,9 @@ pub fn node_for(index: usize, gpus: i64) -> Node {
     node
 }
 
-pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
-    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-    let nodes: Vec<Node> = (0..spec.nodes)
-        .map(|i| node_for(i, spec.gpus_per_node))
-        .collect();
-    let mut queues: Vec<Queue> = spec
-        .queues
+/// Queues of the given (name, weight), plus the `default` queue unless one is named so.
+pub fn queues_with_default(weights: &[(String, u32)]) -> Vec<Queue> {
+    let mut queues: Vec<Queue> = weights
         .iter()
         .map(|(name, weight)| {
             let mut q = Queue::new(name.clone());
@@ -90,6 +86,15 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
     if !queues.iter().any(|q| q.name == crate::model::DEFAULT_QUEUE) {
         queues.push(Queue::new(crate::model::DEFAULT_QUEUE));
     }
+    queues
+}
+
+pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let nodes: Vec<Node> = (0..spec.nodes)
+        .map(|i| node_for(i, spec.gpus_per_node))
+        .collect();
+    let queues = queues_with_default(&spec.queues);
     let queue_names: Vec<String> = if spec.queues.is_empty() {
         vec![crate::model::DEFAULT_QUEUE.to_string()]
     } else {
