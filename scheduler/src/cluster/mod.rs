@@ -4,6 +4,7 @@
 //! `phalanx simulate`, tests and benchmarks; the Kubernetes backend implements the same
 //! trait over the API server.
 
+pub mod conformance;
 pub mod sim;
 
 use std::sync::Arc;

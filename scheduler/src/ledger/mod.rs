@@ -12,6 +12,7 @@
 //! - [`RaftLedger`]: N replicas of the real replicated ledger (openraft, fsynced log, sled
 //!   state, tonic on loopback) started in this process, proposed to through the typed client.
 
+pub mod conformance;
 mod fault;
 mod local;
 mod raft;
