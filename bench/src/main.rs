@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use phalanx_scheduler::cluster::{Cluster, sim::SimCluster};
+use phalanx_scheduler::cluster::Cluster;
 use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
@@ -91,13 +91,7 @@ fn cycle(
         let mut spec = SyntheticSpec::new(n, gpus_per_node, usize::MAX, seed);
         spec.max_pods = pods;
         let workload = generate(&spec);
-        let sim = SimCluster::new(
-            workload.nodes,
-            workload.pods,
-            workload.pod_groups,
-            workload.queues,
-            Vec::new(),
-        );
+        let sim = workload.into_sim();
         let snapshot = sim.snapshot();
         let mut times: Vec<Duration> = Vec::with_capacity(repeat);
         let mut placed = 0;
@@ -128,7 +122,7 @@ fn failover(kills: u32, seed: u64) -> Result<()> {
     let mut spec = SyntheticSpec::new(32, 8, 4_000, seed);
     spec.duration_ms = Some((1_000, 3_000));
     let w = generate(&spec);
-    let mut sim = SimCluster::new(w.nodes, w.pods, w.pod_groups, w.queues, Vec::new());
+    let mut sim = w.into_sim();
     let mut ledger = RaftLedger::start(3)?;
     let mut faults = Vec::new();
     for k in 0..u64::from(kills) {

@@ -1,28 +1,8 @@
 //! The `phalanx` binary as a user meets it: exit codes 0 / 1 / 2 of SCENARIOS.md and the
 //! built-in demo.
 
-use std::path::Path;
-use std::process::Command;
-
-fn phalanx(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
-        .args(args)
-        .output()
-        .expect("phalanx runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/scenarios")
-        .join(name)
-        .display()
-        .to_string()
-}
+mod common;
+use common::{phalanx, scenario};
 
 #[test]
 fn a_scenario_whose_expectations_hold_exits_0() {

@@ -1,25 +1,12 @@
 //! `phalanx simulate --explain NAMESPACE/PODGROUP` and `--queues`, as a user runs them.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
+use common::scenario;
 
+/// Exit code and stdout + stderr together.
 fn phalanx(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
-        .args(args)
-        .output()
-        .expect("phalanx runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/scenarios")
-        .join(name)
-        .display()
-        .to_string()
+    let (code, stdout, stderr) = common::phalanx(args);
+    (code, stdout + &stderr)
 }
 
 #[test]

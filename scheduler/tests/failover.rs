@@ -4,7 +4,6 @@
 //! differ: a plan whose leader died mid-proposal and did not commit is proposed again a cycle
 //! later, on a cluster that has moved on.)
 
-use phalanx_scheduler::cluster::sim::SimCluster;
 use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::ledger::{LedgerFault, RaftLedger, ScheduledFault};
 use phalanx_scheduler::simulate::driver::{DriverOptions, RunOutcome, drive_with};
@@ -14,7 +13,7 @@ fn run(faults: Vec<ScheduledFault>) -> (RunOutcome, Vec<String>) {
     let mut spec = SyntheticSpec::new(16, 8, 60, 11);
     spec.duration_ms = Some((2_000, 5_000));
     let w = generate(&spec);
-    let mut sim = SimCluster::new(w.nodes, w.pods, w.pod_groups, w.queues, Vec::new());
+    let mut sim = w.into_sim();
     let mut ledger = RaftLedger::start(3).expect("three replicas start on loopback");
     let opts = DriverOptions {
         faults,

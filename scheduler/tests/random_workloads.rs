@@ -4,7 +4,6 @@
 //! cluster, no gang is ever partly placed, and the run ends (quiescent). A failing case prints
 //! its seed and parameters; rerun it with the same values.
 
-use phalanx_scheduler::cluster::sim::SimCluster;
 use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::simulate::driver::{DriverOptions, drive};
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
@@ -30,7 +29,7 @@ proptest! {
             .collect();
         spec.duration_ms = durations.map(|(lo, hi)| (lo * 1000, hi * 1000));
         let w = generate(&spec);
-        let mut sim = SimCluster::new(w.nodes, w.pods, w.pod_groups, w.queues, Vec::new());
+        let mut sim = w.into_sim();
         let opts = DriverOptions { max_cycles: 2_000, ..DriverOptions::default() };
         let outcome = drive(&mut sim, &SchedulerConf::volcano_default(), &opts, |_| {});
         prop_assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cluster::sim::SimCluster;
 use crate::framework::SchedulerConf;
 use crate::ledger::{ScheduledFault, start_ledger};
 use crate::simulate::driver::{DriverOptions, drive_with};
@@ -28,13 +27,7 @@ pub fn run(
     );
     let gpus: i64 = workload.nodes.iter().map(|n| n.allocatable.gpus()).sum();
     let wanted: i64 = workload.pods.iter().map(|p| p.requests.gpus()).sum();
-    let mut sim = SimCluster::new(
-        workload.nodes,
-        workload.pods,
-        workload.pod_groups,
-        workload.queues,
-        Vec::new(),
-    );
+    let mut sim = workload.into_sim();
     let driver = DriverOptions {
         scheduler_name: spec.scheduler_name.clone(),
         // One full ledger read per cycle would dominate a large run; check it at the end.

@@ -73,6 +73,19 @@ pub fn node_for(index: usize, gpus: i64) -> Node {
     node
 }
 
+impl SyntheticWorkload {
+    /// A simulated cluster holding this workload.
+    pub fn into_sim(self) -> crate::cluster::sim::SimCluster {
+        crate::cluster::sim::SimCluster::new(
+            self.nodes,
+            self.pods,
+            self.pod_groups,
+            self.queues,
+            Vec::new(),
+        )
+    }
+}
+
 /// Queues of the given (name, weight), plus the `default` queue unless one is named so.
 pub fn queues_with_default(weights: &[(String, u32)]) -> Vec<Queue> {
     let mut queues: Vec<Queue> = weights
