@@ -38,10 +38,10 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         Self {
-            max_attempts: 40,
+            max_attempts: 100,
             rpc_timeout: Duration::from_secs(5),
-            backoff: Duration::from_millis(25),
-            max_backoff: Duration::from_millis(100),
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(40),
         }
     }
 }

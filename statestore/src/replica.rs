@@ -52,9 +52,9 @@ pub struct ReplicaConfig {
 impl Default for ReplicaConfig {
     fn default() -> Self {
         Self {
-            heartbeat_ms: 60,
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 600,
+            heartbeat_ms: 40,
+            election_timeout_min_ms: 100,
+            election_timeout_max_ms: 200,
             snapshot_every_entries: 1000,
             keep_entries_after_snapshot: 100,
             max_payload_entries: 256,
@@ -412,6 +412,11 @@ impl ReplicaHandle {
 
     /// Stops Raft and the server, and releases the data directory.
     pub async fn shutdown(mut self) -> Result<(), ReplicaError> {
+        // Connections accepted before the stop are served by their own tasks, which
+        // outlive the server task; refusing on them keeps a stopped replica looking like a
+        // dead process (connection refused = `Unavailable`, surely not appended) rather
+        // than a live one whose Raft answers "stopped" (an ambiguous internal error).
+        self.isolated.store(true, Ordering::Relaxed);
         if let Some(tx) = self.shutdown_tx.take() {
             let _ = tx.send(());
         }
@@ -429,6 +434,7 @@ impl ReplicaHandle {
 
 impl Drop for ReplicaHandle {
     fn drop(&mut self) {
+        self.isolated.store(true, Ordering::Relaxed);
         if let Some(tx) = self.shutdown_tx.take() {
             let _ = tx.send(());
         }
