@@ -241,6 +241,9 @@ impl LedgerClient {
                         tonic::Code::InvalidArgument => {
                             Err(ClientError::Rejected(status.message().to_string()))
                         }
+                        _ if refused_unprocessed(&status) => {
+                            Ok(Attempt::Retry(format!("connection closing: {status}")))
+                        }
                         _ => Err(ClientError::Ambiguous(status.to_string())),
                     },
                     Ok(Ok(resp)) => match resp.into_inner().outcome {
@@ -334,6 +337,31 @@ impl LedgerClient {
         })
         .await
     }
+}
+
+/// Whether a failed call surely never reached the service, so a proposal that failed so
+/// was not appended and may be sent to another replica:
+/// - the server was closing the connection gracefully (an HTTP/2 GOAWAY without error, as
+///   a replica that stops sends) and refused this stream: HTTP/2 fails with GOAWAY only
+///   the streams above the last one the server says it processed;
+/// - hyper dropped the request unsent because its connection had closed (`Canceled`:
+///   "dropped before it can be dispatched to the connection").
+///
+/// Any other transport failure stays ambiguous.
+fn refused_unprocessed(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR);
+        }
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>()
+            && hyper.is_canceled()
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 #[cfg(test)]

@@ -350,3 +350,42 @@ async fn reservation_of_a_transaction_past_its_deadline_is_released_by_the_leade
     check_invariants(&cluster, "after expiry");
     cluster.shutdown().await.unwrap();
 }
+
+/// Regression: a replica stopped in process kept serving, on connections it had accepted
+/// before the stop, requests that its stopped Raft answered with an internal error; the
+/// client had to call those proposals ambiguous although none was appended. A proposal
+/// sent to a stopped replica must be refused like one sent to a dead process (`NoLeader`
+/// once the client's attempts are spent), never `Ambiguous`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_replica_refuses_proposals_on_connections_opened_before_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir).await;
+    for round in 0..3u64 {
+        let leader = c.wait_for_leader(WAIT).await.unwrap();
+        let addr = c.addrs()[&leader].to_string();
+        // A client that knows only the leader: every attempt goes over one channel.
+        let only_leader = LedgerClient::with_config(
+            [(leader, addr)],
+            phalanx_statestore::ClientConfig {
+                max_attempts: 3,
+                ..Default::default()
+            },
+        );
+        only_leader
+            .propose_one(LedgerCommand::ExpireAt { now_ms: round })
+            .await
+            .expect("the live leader accepts");
+        c.kill(leader).await.unwrap();
+        match only_leader
+            .propose_one(LedgerCommand::ExpireAt {
+                now_ms: 100 + round,
+            })
+            .await
+        {
+            Err(phalanx_statestore::ClientError::NoLeader { .. }) => {}
+            other => panic!("round {round}: stopped replica {leader} answered {other:?}"),
+        }
+        c.restart(leader).await.unwrap();
+    }
+    c.shutdown().await.unwrap();
+}
