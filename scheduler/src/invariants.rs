@@ -7,10 +7,16 @@
 //! | I1 | no double-booking: per node and resource, the requests of the pods on it ≤ allocatable | [`check_no_double_booking`] |
 //! | I2 | gang atomicity: a PodGroup never has between 1 and minMember−1 pods placed after a bind round | [`check_gang_atomicity`] |
 //! | I3 | no lost placement: every placement the cycle committed ended bound | [`check_no_lost_placement`] |
-//! | I4 | fencing: no write from a stale owner | checked by the ledger (statestore), not here: a single scheduler has no epochs |
+//! | I4 | fencing: no write from a stale owner is accepted | [`check_fencing`] (statestore's `check_fencing` on every fenced write of the sharded runtime) |
+//! | — | no leaked reservation: no pod stays reserved by a decided (or forgotten) transaction | [`check_no_leaked_reservation`] |
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+
+use phalanx_statestore::ledger::{
+    Epoch, PlacementState, ReplicaId, ShardAssignment, ShardId, check_fencing as ledger_fencing,
+};
+use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState};
 
 use crate::cluster::sim::SimCluster;
 use crate::framework::CyclePlan;
@@ -122,4 +128,56 @@ pub fn check_no_lost_placement(sim: &SimCluster, plan: &CyclePlan) -> Vec<Violat
         }
     }
     out
+}
+
+/// I4. A fenced write (`PlaceGangs`, `MarkBound`, `Release`, `Txn*`) whose epoch is not
+/// its shard's current epoch must have been refused. `owners` is the ledger's shard map
+/// when the write was applied (the sharded runtime mirrors it exactly: every `AssignShard`
+/// goes through it). Statestore's `check_fencing` judges; the state itself is not copied.
+pub fn check_fencing(
+    owners: &BTreeMap<ShardId, (ReplicaId, Epoch)>,
+    cmd: &LedgerCommand,
+    response: &LedgerResponse,
+) -> Vec<Violation> {
+    let mut before = LedgerState::new();
+    before.shards = owners
+        .iter()
+        .map(|(s, (owner, epoch))| {
+            (
+                *s,
+                ShardAssignment {
+                    owner: *owner,
+                    epoch: *epoch,
+                },
+            )
+        })
+        .collect();
+    ledger_fencing(&before, cmd, response, &before)
+        .into_iter()
+        .map(|v| Violation {
+            invariant: "I4 fencing",
+            detail: v.to_string(),
+        })
+        .collect()
+}
+
+/// No leaked reservation: every `reserved` placement belongs to a transaction the ledger
+/// still holds undecided (a decided or forgotten one must have released or promoted it).
+pub fn check_no_leaked_reservation(state: &LedgerState) -> Vec<Violation> {
+    state
+        .placements
+        .iter()
+        .filter_map(|(pod, p)| match &p.state {
+            PlacementState::Reserved { txn } => {
+                let open = state.txns.get(txn).is_some_and(|t| t.decision.is_none());
+                (!open).then(|| Violation {
+                    invariant: "no leaked reservation",
+                    detail: format!(
+                        "pod {pod} is still reserved by transaction {txn}, which is decided or gone"
+                    ),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }

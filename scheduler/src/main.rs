@@ -7,8 +7,10 @@ use clap::{Args, Parser, Subcommand};
 use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
 use phalanx_scheduler::model::ObjectKey;
+use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
 use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
+use phalanx_scheduler::simulate::sharded::sharding_for;
 use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
 use phalanx_scheduler::simulate::{demo, generated};
 
@@ -42,9 +44,15 @@ struct SimulateArgs {
     /// 2 to 9 start the replicated ledger (Raft on loopback) and commit every plan through it.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
-    /// Shards. Only 1 is supported until sharding is built.
+    /// Shards (1 to 1024): queues and nodes are split into shards by a stable hash, and the
+    /// replicas each schedule the shards the ledger's leader assigns them. Gangs that do
+    /// not fit their home shard's pool go through two-phase reservation.
     #[arg(long, default_value_t = 1)]
     shards: u32,
+    /// Put nodes in shards by the value of this label (e.g. topology.kubernetes.io/zone),
+    /// so a topology domain stays in one shard; nodes without it go by their name.
+    #[arg(long, value_name = "KEY")]
+    shard_by_label: Option<String>,
     /// Place pods whose spec.schedulerName is this.
     #[arg(long, default_value = "phalanx")]
     scheduler_name: String,
@@ -68,8 +76,9 @@ struct SimulateArgs {
     /// gangs finish and others take their place; without it pods run forever.
     #[arg(long, value_name = "MIN-MAX")]
     pod_seconds: Option<String>,
-    /// Inject a fault into the replicated ledger at a simulated time (repeatable):
-    /// kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s.
+    /// Inject a fault at a simulated time (repeatable): kill:leader@30s, kill:replica-2@10s,
+    /// restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s; and for scheduler
+    /// replicas: pause:replica-2@10s (+15s for a duration), resume:replica-2@25s.
     #[arg(long = "fault", value_name = "SPEC")]
     faults: Vec<String>,
     /// Hide the progress bar of generated runs.
@@ -115,21 +124,37 @@ fn crds() -> ExitCode {
 }
 
 fn simulate(args: SimulateArgs) -> ExitCode {
-    if args.shards != 1 {
-        eprintln!(
-            "error: --shards {}: sharding is not built yet; use --shards 1",
-            args.shards
-        );
+    if !(1..=MAX_SHARDS).contains(&args.shards) {
+        eprintln!("error: --shards {}: must be 1 to {MAX_SHARDS}", args.shards);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     if !(1..=9).contains(&args.replicas) {
         eprintln!("error: --replicas {}: must be 1 to 9", args.replicas);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    let sharding_check = ShardingConfig {
+        shards: args.shards,
+        by_label: args.shard_by_label.clone(),
+        ..ShardingConfig::default()
+    }
+    .validate();
+    if let Err(e) = sharding_check {
+        eprintln!(
+            "error: --shard-by-label {:?}: {e}",
+            args.shard_by_label.as_deref().unwrap_or_default()
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let mut faults = Vec::new();
     for spec in &args.faults {
         match ScheduledFault::parse(spec) {
-            Ok(f) => faults.push(f),
+            Ok(f) => match f.check_replicas(u64::from(args.replicas)) {
+                Ok(()) => faults.push(f),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_BAD_INPUT);
+                }
+            },
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(EXIT_BAD_INPUT);
@@ -166,7 +191,21 @@ fn simulate(args: SimulateArgs) -> ExitCode {
                 }
             }
             let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
-            generated::run(&spec, &conf, args.replicas as usize, faults, !args.quiet)
+            let sharding = sharding_for(
+                args.shards,
+                args.shard_by_label.clone(),
+                u64::from(args.replicas),
+                &faults,
+                args.seed,
+            );
+            generated::run(
+                &spec,
+                &conf,
+                args.replicas as usize,
+                faults,
+                sharding,
+                !args.quiet,
+            )
         }
         None => demo::run(),
     };
@@ -200,6 +239,8 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
         period_ms: args.period_ms,
         replicas: args.replicas as usize,
         faults,
+        shards: args.shards,
+        shard_by_label: args.shard_by_label.clone(),
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
     print!("{}", render(&report));
@@ -223,6 +264,13 @@ fn fairness(nodes: usize, args: &SimulateArgs) -> anyhow::Result<String> {
         jobs: args.jobs,
         queues,
         seed: args.seed,
+        sharding: sharding_for(
+            args.shards,
+            args.shard_by_label.clone(),
+            u64::from(args.replicas),
+            &[],
+            args.seed,
+        ),
     };
     let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
     let report = fairness::run(&spec, &conf);

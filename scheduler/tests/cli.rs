@@ -82,3 +82,42 @@ fn a_generated_run_reports_throughput_and_cycle_times() {
         "{stdout}"
     );
 }
+
+#[test]
+fn bad_shard_and_fault_flags_exit_2_naming_the_flag_and_value() {
+    let (code, _, err) = common::phalanx(&["simulate", "--shards", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--shards 0"), "{err}");
+    let (code, _, err) = common::phalanx(&[
+        "simulate",
+        "--replicas",
+        "3",
+        "--fault",
+        "pause:replica-9@1s",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("replica-9") && err.contains("--replicas 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
+    let (code, out, err) = common::phalanx(&[
+        "simulate",
+        "--scenario",
+        &common::scenario("84-reclaim-follows-queue-weights.yaml"),
+        "--replicas",
+        "3",
+        "--shards",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("shards: 3 over 3 replica(s)"), "{out}");
+    assert!(
+        out.contains("invariant checks by the shard runtime"),
+        "{out}"
+    );
+    assert!(out.contains(", 0 failed"), "{out}");
+}

@@ -120,6 +120,16 @@ fn every_invalid_scenario_is_refused_with_a_clear_error() {
 
 /// Where every pod ended and each PodGroup's phase: what must not depend on replicas.
 fn final_placement(path: &Path, replicas: usize) -> Result<Vec<String>, String> {
+    sharded_outcome(path, replicas, 1).map(|(placement, _, _)| placement)
+}
+
+/// The final placement with `replicas` and `shards`, and the unmet expectations (empty when
+/// the scenario passed).
+fn sharded_outcome(
+    path: &Path,
+    replicas: usize,
+    shards: u32,
+) -> Result<(Vec<String>, String, usize), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let name = scheduler_name(&text);
     let load = LoadOptions {
@@ -130,6 +140,7 @@ fn final_placement(path: &Path, replicas: usize) -> Result<Vec<String>, String> 
     let opts = ScenarioOptions {
         scheduler_name: name,
         replicas,
+        shards,
         ..ScenarioOptions::default()
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
@@ -148,7 +159,17 @@ fn final_placement(path: &Path, replicas: usize) -> Result<Vec<String>, String> 
             .map(|g| format!("{} {:?}", g.key, g.status.phase)),
     );
     out.sort();
-    Ok(out)
+    let unmet = if report.passed() {
+        String::new()
+    } else {
+        render(&report)
+    };
+    let txns = report
+        .outcome
+        .shards
+        .as_ref()
+        .map_or(0, |s| s.txns_committed);
+    Ok((out, unmet, txns))
 }
 
 #[test]
@@ -165,4 +186,64 @@ fn scenario_outcomes_are_the_same_with_one_and_three_replicas() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Scenarios whose outcome may differ with shards, each with its `# shard-sensitive:` reason
+/// line. None so far: the plan is computed on the whole cluster and each replica commits
+/// its shards' part of it (see `simulate/sharded.rs`).
+fn shard_sensitive(path: &Path) -> bool {
+    std::fs::read_to_string(path)
+        .is_ok_and(|t| t.lines().any(|l| l.starts_with("# shard-sensitive:")))
+}
+
+/// Every scenario meets its Expectation with `replicas` and `shards`, and ends exactly as
+/// with one replica and one shard.
+fn same_outcome_as_one_replica_one_shard(replicas: usize, shards: u32) {
+    let mut failures = Vec::new();
+    let mut committed_txns = 0;
+    let files = yaml_files("");
+    for path in &files {
+        let sensitive = shard_sensitive(path);
+        match (
+            sharded_outcome(path, 1, 1),
+            sharded_outcome(path, replicas, shards),
+        ) {
+            (Ok((_, unmet, _)), _) if !unmet.is_empty() => {
+                failures.push(format!("{}: fails at 1/1:\n{unmet}", path.display()))
+            }
+            (_, Ok((_, unmet, _))) if !unmet.is_empty() && !sensitive => failures.push(format!(
+                "{}: fails at {replicas}/{shards}:\n{unmet}",
+                path.display()
+            )),
+            (Ok((one, _, _)), Ok((many, _, _))) if one != many && !sensitive => {
+                failures.push(format!(
+                    "{}: differs\n  1/1: {one:?}\n  {replicas}/{shards}: {many:?}",
+                    path.display()
+                ))
+            }
+            (Ok(_), Ok((_, _, txns))) => committed_txns += txns,
+            (a, b) => failures.push(format!("{}: {:?} / {:?}", path.display(), a.err(), b.err())),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} scenarios:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+    assert!(
+        committed_txns > 0,
+        "no scenario placed a gang across shards: the 2PC path was not exercised"
+    );
+}
+
+#[test]
+fn every_scenario_ends_the_same_with_three_replicas_and_three_shards() {
+    same_outcome_as_one_replica_one_shard(3, 3);
+}
+
+#[test]
+fn every_scenario_ends_the_same_with_three_replicas_and_eight_shards() {
+    same_outcome_as_one_replica_one_shard(3, 8);
 }

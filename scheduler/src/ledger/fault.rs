@@ -1,6 +1,8 @@
 //! Faults injected into the replicated ledger during a simulated run, at simulated times:
 //! `kill:leader@30s`, `kill:replica-2@10s`, `restart:last@40s`, `restart:replica-2@40s`,
-//! `isolate:replica-1@5s`, `heal:replica-1@20s`.
+//! `isolate:replica-1@5s`, `heal:replica-1@20s`; for the scheduler replica only (sharded
+//! runs): `pause:replica-2@10s` (until resumed), `pause:replica-2@10s+15s` (for 15 s) and
+//! `resume:replica-2@25s`.
 
 use std::fmt;
 
@@ -16,6 +18,33 @@ pub enum LedgerFault {
     /// Cut a replica off the network.
     Isolate(u64),
     Heal(u64),
+    /// Stall a scheduler replica (no heartbeats, no scheduling; its Raft replica keeps
+    /// running, like a process stuck in its scheduling loop), for `for_ms` or until resumed.
+    Pause {
+        id: u64,
+        for_ms: Option<TimeMs>,
+    },
+    Resume(u64),
+}
+
+impl LedgerFault {
+    /// The replica this fault names, if it names one.
+    pub fn replica(&self) -> Option<u64> {
+        match self {
+            Self::KillLeader | Self::Restart(None) => None,
+            Self::Kill(id)
+            | Self::Restart(Some(id))
+            | Self::Isolate(id)
+            | Self::Heal(id)
+            | Self::Pause { id, .. }
+            | Self::Resume(id) => Some(*id),
+        }
+    }
+
+    /// Faults of the scheduler replica alone (handled by the sharded runtime, not Raft).
+    pub fn is_scheduler_only(&self) -> bool {
+        matches!(self, Self::Pause { .. } | Self::Resume(_))
+    }
 }
 
 impl fmt::Display for LedgerFault {
@@ -27,6 +56,12 @@ impl fmt::Display for LedgerFault {
             Self::Restart(Some(id)) => write!(f, "restart:replica-{id}"),
             Self::Isolate(id) => write!(f, "isolate:replica-{id}"),
             Self::Heal(id) => write!(f, "heal:replica-{id}"),
+            Self::Pause { id, for_ms: None } => write!(f, "pause:replica-{id}"),
+            Self::Pause {
+                id,
+                for_ms: Some(ms),
+            } => write!(f, "pause:replica-{id} for {ms} ms"),
+            Self::Resume(id) => write!(f, "resume:replica-{id}"),
         }
     }
 }
@@ -43,10 +78,25 @@ impl ScheduledFault {
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             format!(
-                "--fault {text:?}: {why} (expected e.g. kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s)"
+                "--fault {text:?}: {why} (expected e.g. kill:leader@30s, kill:replica-2@10s, restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s, pause:replica-2@10s+15s, resume:replica-2@25s)"
             )
         };
         let (what, when) = text.split_once('@').ok_or_else(|| bad("no @TIME"))?;
+        let action = what.split_once(':').map_or(what, |(a, _)| a);
+        let (when, for_ms) = match when.split_once('+') {
+            Some((at, length)) => (
+                at,
+                Some(
+                    parse_time_ms(length)
+                        .filter(|ms| *ms > 0)
+                        .ok_or_else(|| bad("the duration after + must be like 500ms or 15s"))?,
+                ),
+            ),
+            None => (when, None),
+        };
+        if for_ms.is_some() && action != "pause" {
+            return Err(bad("only pause takes a duration (+15s)"));
+        }
         let (action, target) = what
             .split_once(':')
             .ok_or_else(|| bad("no ACTION:TARGET"))?;
@@ -64,13 +114,36 @@ impl ScheduledFault {
             ("restart", _) => LedgerFault::Restart(Some(replica()?)),
             ("isolate", _) => LedgerFault::Isolate(replica()?),
             ("heal", _) => LedgerFault::Heal(replica()?),
-            _ => return Err(bad("unknown action; use kill, restart, isolate or heal")),
+            ("pause", _) => LedgerFault::Pause {
+                id: replica()?,
+                for_ms,
+            },
+            ("resume", _) => LedgerFault::Resume(replica()?),
+            _ => {
+                return Err(bad(
+                    "unknown action; use kill, restart, isolate, heal, pause or resume",
+                ));
+            }
         };
         Ok(Self {
             at_ms: parse_time_ms(when)
                 .ok_or_else(|| bad("the time must be like 1500ms, 30s or 2m"))?,
             fault,
         })
+    }
+}
+
+impl ScheduledFault {
+    /// Checks that the replica it names exists among `replicas`; the error names the flag,
+    /// the value and the replica count.
+    pub fn check_replicas(&self, replicas: u64) -> Result<(), String> {
+        match self.fault.replica() {
+            Some(id) if id > replicas => Err(format!(
+                "--fault {}@{}ms: replica-{id} does not exist with --replicas {replicas} (replicas are replica-1 .. replica-{replicas})",
+                self.fault, self.at_ms
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -108,7 +181,26 @@ mod tests {
             ScheduledFault::parse("isolate:replica-1@2m").map(|f| f.at_ms),
             Ok(120_000)
         );
+        assert_eq!(
+            ScheduledFault::parse("pause:replica-2@10s+15s").map(|f| f.fault),
+            Ok(LedgerFault::Pause {
+                id: 2,
+                for_ms: Some(15_000)
+            })
+        );
+        assert_eq!(
+            ScheduledFault::parse("resume:replica-3@20s").map(|f| (f.at_ms, f.fault)),
+            Ok((20_000, LedgerFault::Resume(3)))
+        );
+        let nine = ScheduledFault::parse("pause:replica-9@1s").expect("parses");
+        let err = nine.check_replicas(3).unwrap_err();
+        assert!(
+            err.contains("replica-9") && err.contains("--replicas 3"),
+            "{err}"
+        );
         for bad in [
+            "kill:replica-2@3s+5s",
+            "pause:replica-2@3s+soon",
             "kill:leader",
             "kill@3s",
             "explode:leader@3s",

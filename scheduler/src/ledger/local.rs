@@ -30,6 +30,13 @@ impl LedgerBackend for LocalLedger {
         Ok(responses)
     }
 
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        Ok(commands.iter().map(|c| apply(&mut self.state, c)).collect())
+    }
+
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
         Ok(self.state.clone())
     }

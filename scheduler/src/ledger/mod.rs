@@ -16,6 +16,7 @@ pub mod conformance;
 mod fault;
 mod local;
 mod raft;
+pub mod sharded;
 
 pub use fault::{LedgerFault, ScheduledFault};
 pub use local::LocalLedger;
@@ -92,6 +93,12 @@ pub trait PlacementLedger {
     fn replicas(&self) -> usize;
     /// Injects a fault (replicated ledger only); returns what was done.
     fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError>;
+    /// Proposes commands with explicit shards and epochs (see [`sharded`]); refusals come
+    /// back as responses.
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError>;
 }
 
 /// What a ledger implementation provides: proposing commands (in order, as few entries as
@@ -104,6 +111,15 @@ pub trait LedgerBackend {
     ) -> Result<Vec<LedgerResponse>, LedgerError>;
     fn read_state(&mut self) -> Result<LedgerState, LedgerError>;
     fn replica_count(&self) -> usize;
+    /// Proposes the commands in order and returns every response, refusals included (the
+    /// sharded runtime needs the typed refusal: stale epoch, 2PC answers). The default
+    /// turns a refusal into an error, as `propose_all` does.
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        self.propose_all(commands)
+    }
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         Err(LedgerError::Refused(format!(
             "fault {fault} needs the replicated ledger (--replicas 2 or more)"
@@ -185,6 +201,13 @@ impl<T: LedgerBackend> PlacementLedger for T {
     fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         self.inject_fault(fault)
     }
+
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        LedgerBackend::propose_raw(self, commands)
+    }
 }
 
 /// Commands that are no-ops when applied twice (`MarkBound` of a bound pod, `Release` of a
@@ -212,6 +235,11 @@ fn resolve(state: &LedgerState, gang: &LedgerGang, why: &str) -> Verdict {
     } else {
         Verdict::InDoubt(format!("outcome unknown ({why}) and not in the ledger yet"))
     }
+}
+
+/// `gangs` split within the per-command limit.
+pub(crate) fn chunks_of_gangs(gangs: &[LedgerGang]) -> Vec<Vec<LedgerGang>> {
+    chunks(gangs, MAX_GANGS_PER_COMMAND)
 }
 
 /// `PlaceGangs` commands for `gangs`, within the per-command limit.

@@ -5,8 +5,21 @@
 
 use phalanx_statestore::{
     ClientError, LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState,
-    LocalCluster, MAX_COMMANDS_PER_BATCH, start_local_cluster,
+    LocalCluster, MAX_COMMANDS_PER_BATCH, ReplicaConfig, start_local_cluster_with,
 };
+
+/// Transaction deadlines in a simulated run are in simulated time, and the sharded
+/// runtime's leader role proposes `ExpireAt` on that clock. The replicas' own expiry loop
+/// reads the wall clock, on which every simulated deadline is long past: it would abort
+/// (and forget) transactions mid-flight whenever it ticks. It ticks once a day here.
+const WALL_CLOCK_EXPIRY_INTERVAL_MS: u64 = 24 * 60 * 60 * 1000;
+
+fn simulated_time_config() -> ReplicaConfig {
+    ReplicaConfig {
+        txn_expiry_interval_ms: WALL_CLOCK_EXPIRY_INTERVAL_MS,
+        ..ReplicaConfig::default()
+    }
+}
 
 use super::{LedgerBackend, LedgerError, LedgerFault, chunks};
 
@@ -35,7 +48,11 @@ impl RaftLedger {
             .tempdir()
             .map_err(|e| LedgerError::Start(e.to_string()))?;
         let cluster = runtime
-            .block_on(start_local_cluster(replicas, dir.path()))
+            .block_on(start_local_cluster_with(
+                replicas,
+                dir.path(),
+                simulated_time_config(),
+            ))
             .map_err(|e| LedgerError::Start(e.to_string()))?;
         let client = cluster.client();
         Ok(Self {
@@ -88,6 +105,24 @@ impl LedgerBackend for RaftLedger {
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
         RaftLedger::propose_all(self, commands)
+    }
+
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        let mut responses = Vec::with_capacity(commands.len());
+        for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
+            let committed = self
+                .runtime
+                .block_on(self.client.propose(&LedgerBatch { commands: batch }))
+                .map_err(|e| match e {
+                    ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
+                    other => LedgerError::Unavailable(other.to_string()),
+                })?;
+            responses.extend(committed.responses);
+        }
+        Ok(responses)
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
@@ -143,6 +178,9 @@ impl LedgerBackend for RaftLedger {
                 cluster.isolate(*id, false).map_err(failed)?;
                 Ok(format!("reconnected replica {id}"))
             }
+            LedgerFault::Pause { id, .. } | LedgerFault::Resume(id) => Ok(format!(
+                "scheduler replica {id} only; its ledger replica keeps running"
+            )),
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::ledger::{
     LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger, held_by,
 };
 use crate::model::{ObjectKey, TimeMs};
+use crate::simulate::sharded::{ShardOptions, ShardReport, ShardRuntime};
 
 #[derive(Clone, Debug)]
 pub struct DriverOptions {
@@ -40,6 +41,9 @@ pub struct DriverOptions {
     pub check_ledger_every_cycle: bool,
     /// Faults injected into the replicated ledger at simulated times.
     pub faults: Vec<ScheduledFault>,
+    /// Shards and scheduler replicas (`None`: one scheduler owning the single shard, the
+    /// path every run took before sharding).
+    pub sharding: Option<ShardOptions>,
 }
 
 impl Default for DriverOptions {
@@ -54,6 +58,7 @@ impl Default for DriverOptions {
             check_gang_atomicity: true,
             check_ledger_every_cycle: true,
             faults: Vec::new(),
+            sharding: None,
         }
     }
 }
@@ -93,6 +98,8 @@ pub struct RunOutcome {
     /// Faults injected: (simulated time, what was done, wall time until the next plan
     /// was committed after it).
     pub faults: Vec<FaultRecord>,
+    /// With shards: moves, transactions, checks.
+    pub shards: Option<ShardReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -142,10 +149,21 @@ pub fn drive_with(
     mut on_cycle: impl FnMut(&CycleStats),
 ) -> RunOutcome {
     let mut outcome = RunOutcome::default();
+    let mut sharded = match opts.sharding.clone().map(ShardRuntime::new).transpose() {
+        Ok(rt) => rt,
+        Err(e) => {
+            outcome.ledger_errors.push(e);
+            return outcome;
+        }
+    };
     {
         let nodes: Vec<_> = sim.nodes().collect();
         let occupying: Vec<_> = sim.pods().filter(|p| p.occupies_node()).collect();
-        match ledger.load(&nodes, &occupying) {
+        let loaded = match sharded.as_mut() {
+            Some(rt) => rt.load(sim, ledger),
+            None => ledger.load(&nodes, &occupying),
+        };
+        match loaded {
             Ok(w) => outcome.warnings.extend(w),
             Err(e) => {
                 outcome
@@ -166,9 +184,12 @@ pub fn drive_with(
             reconcile_in_doubt(sim, ledger, &mut in_doubt, outcome.cycles, &mut outcome);
         }
         while let Some(f) = faults.next_if(|f| f.at_ms <= sim.now_ms()) {
-            let what = match ledger.inject(&f.fault) {
-                Ok(done) => format!("{}: {done}", f.fault),
-                Err(e) => format!("{}: failed: {e}", f.fault),
+            let what = match sharded.as_mut() {
+                Some(rt) => rt.inject(&f.fault, ledger, sim.now_ms()),
+                None => match ledger.inject(&f.fault) {
+                    Ok(done) => format!("{}: {done}", f.fault),
+                    Err(e) => format!("{}: failed: {e}", f.fault),
+                },
             };
             awaiting_recovery.push((outcome.faults.len(), Instant::now()));
             outcome.faults.push(FaultRecord {
@@ -183,6 +204,9 @@ pub fn drive_with(
             }
         } else if outcome.cycles >= opts.max_cycles {
             break;
+        }
+        if let Some(rt) = sharded.as_mut() {
+            rt.begin_round(sim, ledger, &mut outcome.ledger_errors);
         }
         let snapshot = sim.snapshot();
         let started = Instant::now();
@@ -201,7 +225,10 @@ pub fn drive_with(
         let cycle = outcome.cycles;
         let committed = Instant::now();
         let errors_before = outcome.ledger_errors.len();
-        let performed = perform(sim, ledger, &plan, cycle, &mut outcome, &mut in_doubt);
+        let performed = match sharded.as_mut() {
+            Some(rt) => rt.perform(sim, ledger, &plan, cycle, &mut outcome),
+            None => perform(sim, ledger, &plan, cycle, &mut outcome, &mut in_doubt),
+        };
         let commit = committed.elapsed();
         if !performed.gangs.is_empty() && outcome.ledger_errors.len() == errors_before {
             for (i, since) in awaiting_recovery.drain(..) {
@@ -216,7 +243,15 @@ pub fn drive_with(
             }
             found.extend(invariants::check_no_lost_placement(sim, &performed));
             if opts.check_ledger_every_cycle {
-                found.extend(check_against_ledger(sim, ledger, &in_doubt));
+                found.extend(check_against_ledger_with(
+                    sim,
+                    ledger,
+                    &in_doubt,
+                    sharded.as_mut(),
+                ));
+            }
+            if let Some(rt) = sharded.as_mut() {
+                found.extend(rt.take_violations());
             }
             outcome
                 .violations
@@ -236,6 +271,7 @@ pub fn drive_with(
         };
         on_cycle(&stats);
         let changed = !in_doubt.is_empty()
+            || sharded.as_ref().is_some_and(ShardRuntime::busy)
             || stats.binds > 0
             || stats.phase_changes > 0
             || !finished.is_empty()
@@ -258,6 +294,16 @@ pub fn drive_with(
             outcome.quiescent = true;
             break;
         };
+        if let Some(rt) = sharded.as_mut() {
+            if !finished.is_empty() {
+                rt.release(ledger, &finished, ReleaseReason::Finished);
+            }
+            let gone = sim.take_gone();
+            if !gone.is_empty() {
+                rt.release(ledger, &gone, ReleaseReason::Evicted);
+            }
+            continue;
+        }
         if !finished.is_empty()
             && let Err(e) = ledger.release(&finished, ReleaseReason::Finished)
         {
@@ -269,11 +315,12 @@ pub fn drive_with(
     }
     if opts.check_invariants && !opts.check_ledger_every_cycle {
         let cycle = outcome.cycles;
-        let found = check_against_ledger(sim, ledger, &in_doubt);
+        let found = check_against_ledger_with(sim, ledger, &in_doubt, sharded.as_mut());
         outcome
             .violations
             .extend(found.into_iter().map(|v| (cycle, v)));
     }
+    outcome.shards = sharded.map(|rt| rt.report);
     outcome
 }
 
@@ -496,7 +543,19 @@ pub fn check_against_ledger(
     ledger: &mut dyn PlacementLedger,
     in_doubt: &[(u32, GangPlacement)],
 ) -> Vec<Violation> {
-    let doubtful: std::collections::HashSet<String> = in_doubt
+    check_against_ledger_with(sim, ledger, in_doubt, None)
+}
+
+/// [`check_against_ledger`] for a sharded run too: reservations of open transactions and
+/// commits whose binding waits for their shard's owner are not judged as lost, and the
+/// runtime adds "no leaked reservation".
+fn check_against_ledger_with(
+    sim: &SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    in_doubt: &[(u32, GangPlacement)],
+    sharded: Option<&mut ShardRuntime>,
+) -> Vec<Violation> {
+    let mut doubtful: std::collections::HashSet<String> = in_doubt
         .iter()
         .flat_map(|(_, g)| g.placements.iter().map(|p| p.pod.to_string()))
         .collect();
@@ -509,13 +568,19 @@ pub fn check_against_ledger(
             }];
         }
     };
-    let mut out: Vec<Violation> = check_ledger(&state)
-        .into_iter()
-        .map(|detail| Violation {
-            invariant: "ledger",
-            detail,
-        })
-        .collect();
+    let mut out: Vec<Violation> = match sharded {
+        Some(rt) => {
+            doubtful.extend(rt.unbound_pods(&state));
+            rt.check_state(&state)
+        }
+        None => check_ledger(&state)
+            .into_iter()
+            .map(|detail| Violation {
+                invariant: "ledger",
+                detail,
+            })
+            .collect(),
+    };
     let mut on_node: BTreeMap<String, &str> = BTreeMap::new();
     for pod in sim.pods() {
         if pod.occupies_node()

@@ -19,9 +19,11 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::sim::SimCluster;
 use crate::framework::SchedulerConf;
+use crate::ledger::LocalLedger;
 use crate::model::resources::{CPU, GPU, MEMORY};
 use crate::model::{GROUP_NAME_ANNOTATION, ObjectKey, Pod, PodGroup, Resources};
-use crate::simulate::driver::{DriverOptions, drive};
+use crate::simulate::driver::{DriverOptions, drive_with};
+use crate::simulate::sharded::ShardOptions;
 use crate::simulate::synthetic::{node_for, queues_with_default};
 
 #[derive(Clone, Debug)]
@@ -33,6 +35,8 @@ pub struct FairnessSpec {
     /// (name, weight), in submission order: the first one arrives alone.
     pub queues: Vec<(String, u32)>,
     pub seed: u64,
+    /// Sharded runtime (shards, replicas); `None`: one scheduler, one shard.
+    pub sharding: Option<ShardOptions>,
 }
 
 /// Parses `a:1,b:2,c:3`.
@@ -164,12 +168,16 @@ pub fn run(spec: &FairnessSpec, conf: &SchedulerConf) -> FairnessReport {
     let mut batches = batches.into_iter();
     let (first_pods, first_groups) = batches.next().unwrap_or_default();
     let mut sim = SimCluster::new(nodes, first_pods, first_groups, queues, Vec::new());
-    let driver = DriverOptions::default();
-    let first = drive(&mut sim, conf, &driver, |_| {});
+    // Each phase loads a fresh ledger with what runs at its start (as `drive` does).
+    let driver = DriverOptions {
+        sharding: spec.sharding.clone(),
+        ..DriverOptions::default()
+    };
+    let first = drive_with(&mut sim, conf, &driver, &mut LocalLedger::new(), |_| {});
     for (pods, groups) in batches {
         sim.add(pods, groups);
     }
-    let second = drive(&mut sim, conf, &driver, |_| {});
+    let second = drive_with(&mut sim, conf, &driver, &mut LocalLedger::new(), |_| {});
     let mut gpus_of: BTreeMap<String, i64> = BTreeMap::new();
     let group_queue: BTreeMap<ObjectKey, String> = sim
         .pod_groups()

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::framework::SchedulerConf;
 use crate::ledger::{ScheduledFault, start_ledger};
 use crate::simulate::driver::{DriverOptions, drive_with};
+use crate::simulate::sharded::ShardOptions;
 use crate::simulate::synthetic::{SyntheticSpec, generate};
 
 pub fn run(
@@ -17,6 +18,7 @@ pub fn run(
     conf: &SchedulerConf,
     replicas: usize,
     faults: Vec<ScheduledFault>,
+    sharding: Option<ShardOptions>,
     show_progress: bool,
 ) -> anyhow::Result<String> {
     let workload = generate(spec);
@@ -33,6 +35,7 @@ pub fn run(
         // One full ledger read per cycle would dominate a large run; check it at the end.
         check_ledger_every_cycle: nodes <= 100,
         faults,
+        sharding,
         ..DriverOptions::default()
     };
     let mut ledger = start_ledger(replicas)?;
@@ -105,6 +108,9 @@ pub fn run(
     );
     for f in &outcome.faults {
         let _ = writeln!(out, "{f}");
+    }
+    if let Some(shards) = &outcome.shards {
+        out.push_str(&shards.render());
     }
     if !outcome.ledger_errors.is_empty() {
         anyhow::bail!("{out}ledger errors: {}", outcome.ledger_errors.join("; "));

@@ -7,4 +7,5 @@ pub mod expect;
 pub mod fairness;
 pub mod generated;
 pub mod scenario;
+pub mod sharded;
 pub mod synthetic;

@@ -13,6 +13,7 @@ use crate::manifest::{LoadOptions, ManifestError, Workload};
 use crate::model::{ObjectKey, PodGroupPhase};
 use crate::simulate::driver::{DriverOptions, RunOutcome, drive_with};
 use crate::simulate::expect::{Unmet, check};
+use crate::simulate::sharded::sharding_for;
 
 #[derive(Clone, Debug)]
 pub struct ScenarioOptions {
@@ -24,6 +25,9 @@ pub struct ScenarioOptions {
     pub replicas: usize,
     /// Faults injected into the replicated ledger.
     pub faults: Vec<ScheduledFault>,
+    /// Shards (1: the unsharded path) and the node label that groups nodes into shards.
+    pub shards: u32,
+    pub shard_by_label: Option<String>,
 }
 
 impl Default for ScenarioOptions {
@@ -34,6 +38,8 @@ impl Default for ScenarioOptions {
             period_ms: 1_000,
             replicas: 1,
             faults: Vec::new(),
+            shards: 1,
+            shard_by_label: None,
         }
     }
 }
@@ -97,6 +103,13 @@ pub fn run_workload(name: &str, mut workload: Workload, opts: &ScenarioOptions) 
             .and_then(|e| (e.cycles > 0).then_some(e.cycles)),
         check_invariants: expectation.as_ref().is_none_or(|e| e.invariants),
         faults: opts.faults.clone(),
+        sharding: sharding_for(
+            opts.shards,
+            opts.shard_by_label.clone(),
+            opts.replicas as u64,
+            &opts.faults,
+            1,
+        ),
         ..DriverOptions::default()
     };
     let outcome = match start_ledger(opts.replicas) {
@@ -165,6 +178,9 @@ pub fn render(report: &ScenarioReport) -> String {
     }
     for f in &report.outcome.faults {
         let _ = writeln!(out, "{f}");
+    }
+    if let Some(shards) = &report.outcome.shards {
+        out.push_str(&shards.render());
     }
     for (cycle, gang, why) in &report.outcome.ledger_refusals {
         let _ = writeln!(out, "ledger refused gang {gang} in cycle {cycle}: {why}");

@@ -1,0 +1,1445 @@
+//! The sharded runtime of `phalanx simulate --replicas R --shards S` (issue 5): logical
+//! scheduler replicas `1..=R` (the ledger replicas' ids) each schedule the shards they own.
+//!
+//! ```text
+//!  round (one schedule period of simulated time)
+//!   ├─ faults due: kill / pause / resume / isolate / heal / restart a replica
+//!   ├─ leader role: heartbeats of the replicas that run ─► assign() ─► AssignShard (epoch+1)
+//!   │               ExpireAt{now} (undecided transactions past their deadline abort)
+//!   ├─ each running replica learns its shards from the ledger; a new owner builds a
+//!   │  Coordinator + Participant at the new epoch and sends Recover{recovered_txns}
+//!   ├─ retry: each owner binds its shards' assumed-but-unbound placements (MarkBound)
+//!   ├─ plan: one cycle on the whole cluster's snapshot (fairness from all queues' usage)
+//!   ├─ turns, in a fixed seeded order: evictions of the replica's queues, then its gangs:
+//!   │     nodes all in the home shard's pool ─► PlaceGangs at (home shard, owner's epoch)
+//!   │     otherwise                          ─► 2PC: Start on the home shard's Coordinator,
+//!   │                                           prepares to the pools' owners' Participants
+//!   └─ bind what the ledger accepted / the coordinator committed; statuses and events of
+//!      the shards whose owner took its turn
+//! ```
+//!
+//! Determinism: every replica sees the same snapshot at the start of a round and the cycle
+//! is a pure function of it, so each replica's part of the plan is the part of the one plan
+//! the cycle yields; the plan is computed once per round here, and the turns are
+//! interleaved in one thread in an order fixed by the seed. Real replicas run their cycles
+//! concurrently on their own snapshots and the ledger serialises their writes; a gang
+//! planned on capacity another replica took first is refused whole and retried. This is
+//! why the outcome does not depend on `--replicas` or `--shards`.
+//!
+//! Messages between replicas (prepare, reply, decision) are delivered in process, in order;
+//! a message to a replica that is down is lost (the coordinator resends on its tick, the
+//! ledger's deadline aborts what nobody finishes).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+
+use phalanx_statestore::ledger::{
+    Epoch, PlacementState, ReplicaId, ShardId, TxnDecision, TxnId, check_all,
+};
+use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, Refusal};
+
+use crate::cluster::Cluster;
+use crate::cluster::sim::SimCluster;
+use crate::coord::{
+    CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
+    ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result, decide_result,
+    recovered_txns, reserve_result, txn_id,
+};
+use crate::framework::{CyclePlan, GangPlacement};
+use crate::invariants::{self, Violation};
+use crate::ledger::sharded::{
+    Fence, command_sizes, gang_verdicts, load_sharded, mark_bound_at, place_at, release_at,
+};
+use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Verdict};
+use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
+use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
+use crate::simulate::driver::RunOutcome;
+
+/// Most messages and proposals one pump may handle (a bound on a round's work).
+const MAX_PUMP_STEPS: usize = 1_000_000;
+
+/// Options of the sharded runtime (a validated config).
+#[derive(Clone, Debug)]
+pub struct ShardOptions {
+    pub sharding: ShardingConfig,
+    /// Scheduler replicas, ids `1..=replicas`.
+    pub replicas: u64,
+    /// A replica not heard from for this long is dead; the leader moves its shards.
+    pub lease_ms: TimeMs,
+    /// Undecided cross-shard transactions abort this long after they start.
+    pub txn_timeout_ms: TimeMs,
+    /// Fixes the order of the replicas' turns.
+    pub seed: u64,
+    /// A kill at a precise point of a cross-shard transaction (fault tests).
+    pub txn_fault: Option<TxnFault>,
+}
+
+impl ShardOptions {
+    pub fn new(sharding: ShardingConfig, replicas: u64) -> Self {
+        Self {
+            sharding,
+            replicas,
+            lease_ms: 3_000,
+            txn_timeout_ms: 5_000,
+            seed: 1,
+            txn_fault: None,
+        }
+    }
+}
+
+/// Where in a cross-shard transaction a replica is killed (once, the first time it happens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnFault {
+    /// The coordinator's replica, once every participant reserved, before the decision.
+    CoordinatorAfterReservations,
+    /// The coordinator's replica, once the commit is logged, before binding.
+    CoordinatorAfterCommit,
+    /// A participant's replica (not the coordinator's), when its prepare arrives.
+    ParticipantOnPrepare,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Health {
+    Up,
+    Killed,
+    Paused { until_ms: Option<TimeMs> },
+    Isolated,
+}
+
+#[derive(Debug)]
+struct Replica {
+    health: Health,
+    /// Shards and epochs as this replica last learned them from the ledger.
+    owned: BTreeMap<ShardId, Epoch>,
+    coords: BTreeMap<ShardId, Coordinator>,
+    parts: BTreeMap<ShardId, Participant>,
+    /// After a pause or a partition: it acts on `owned` before it reads the ledger again.
+    stale_view: bool,
+}
+
+impl Replica {
+    fn new() -> Self {
+        Self {
+            health: Health::Up,
+            owned: BTreeMap::new(),
+            coords: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            stale_view: false,
+        }
+    }
+}
+
+/// One ownership change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardMove {
+    pub at_ms: TimeMs,
+    pub shard: ShardId,
+    pub from: Option<ReplicaId>,
+    pub to: ReplicaId,
+    pub epoch: Epoch,
+}
+
+/// What the sharded runtime did, for the end-of-run report.
+#[derive(Clone, Debug, Default)]
+pub struct ShardReport {
+    pub shards: u32,
+    pub replicas: u64,
+    /// Initial assignments (from `None`) and every later move.
+    pub moves: Vec<ShardMove>,
+    /// Gangs committed with `PlaceGangs` from their home shard's pool.
+    pub local_gangs: usize,
+    pub txns_started: usize,
+    pub txns_committed: usize,
+    pub txns_aborted: usize,
+    pub txns_rejected: usize,
+    pub txns_unfinished: usize,
+    /// Undecided transactions the ledger aborted at their deadline (`ExpireAt`).
+    pub txns_expired: usize,
+    /// `(txn, outcome, reason)` of every transaction report.
+    pub txn_log: Vec<String>,
+    /// Writes the ledger refused because their epoch was stale (a deposed owner's).
+    pub stale_writes_refused: Vec<String>,
+    /// Faults applied to scheduler replicas.
+    pub replica_events: Vec<String>,
+    /// Invariant checks performed by the runtime (I4 per fenced write, leak per round).
+    pub checks: u64,
+    pub checks_failed: u64,
+}
+
+impl ShardReport {
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "shards: {} over {} replica(s); {} gang(s) placed from their home pool, {} cross-shard transaction(s): {} committed, {} aborted, {} rejected, {} unfinished, {} expired by the ledger",
+            self.shards,
+            self.replicas,
+            self.local_gangs,
+            self.txns_started,
+            self.txns_committed,
+            self.txns_aborted,
+            self.txns_rejected,
+            self.txns_unfinished,
+            self.txns_expired
+        );
+        for e in &self.replica_events {
+            let _ = writeln!(out, "replica fault: {e}");
+        }
+        for m in self.moves.iter().filter(|m| m.from.is_some()) {
+            let _ = writeln!(
+                out,
+                "shard move at {:.1}s: shard {} from replica {} to replica {} at epoch {}",
+                m.at_ms as f64 / 1000.0,
+                m.shard,
+                m.from.map_or_else(|| "-".to_string(), |f| f.to_string()),
+                m.to,
+                m.epoch
+            );
+        }
+        for s in &self.stale_writes_refused {
+            let _ = writeln!(out, "stale write refused (I4): {s}");
+        }
+        let _ = writeln!(
+            out,
+            "invariant checks by the shard runtime: {} performed, {} failed",
+            self.checks, self.checks_failed
+        );
+        out
+    }
+}
+
+/// One step of the in-process message pump.
+#[derive(Debug)]
+enum Work {
+    ToCoord {
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: CoordEvent,
+    },
+    ToPart {
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    },
+    FromCoord {
+        from: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        cmd: CoordCommand,
+    },
+    FromPart {
+        from: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        cmd: ParticipantCommand,
+    },
+}
+
+/// What a round's writes produced, for the driver.
+#[derive(Default)]
+struct TurnOutput {
+    bound: Vec<GangPlacement>,
+}
+
+/// The replicas, their shards and their 2PC machines.
+#[derive(Debug)]
+pub struct ShardRuntime {
+    map: ShardMap,
+    opts: ShardOptions,
+    replicas: BTreeMap<ReplicaId, Replica>,
+    heartbeats: Heartbeats,
+    /// The ledger's shard map (every `AssignShard` goes through this runtime).
+    owners: BTreeMap<ShardId, (ReplicaId, Epoch)>,
+    node_shard: BTreeMap<String, ShardId>,
+    seq: u64,
+    /// Transactions begun and not known to be finished: txn -> gang.
+    open: BTreeMap<TxnId, String>,
+    /// Gangs of transactions started this run (for the performed plan).
+    started: BTreeMap<TxnId, GangPlacement>,
+    /// Something may be committed but unbound, or held: read the ledger next round.
+    dirty: bool,
+    /// Gangs not to plan again this round (open transaction or placement not yet bound).
+    held: HashSet<String>,
+    /// Pods whose release waits for their shard's owner.
+    pending_release: Vec<(ObjectKey, ReleaseReason)>,
+    /// The shard of each pod phalanx placed or found running (= its node's shard).
+    pod_shard: BTreeMap<String, ShardId>,
+    fired: bool,
+    violations: Vec<Violation>,
+    /// `Recover` events of newly gained shards, delivered at the next pump.
+    recovery: VecDeque<Work>,
+    pub report: ShardReport,
+}
+
+impl ShardRuntime {
+    pub fn new(opts: ShardOptions) -> Result<Self, String> {
+        let sharding = opts
+            .sharding
+            .clone()
+            .validate()
+            .map_err(|e| e.to_string())?;
+        if opts.replicas == 0 {
+            return Err("--replicas 0: at least one replica is needed".into());
+        }
+        let map = ShardMap::new(sharding).map_err(|e| e.to_string())?;
+        let replicas = (1..=opts.replicas).map(|r| (r, Replica::new())).collect();
+        Ok(Self {
+            report: ShardReport {
+                shards: map.shard_count(),
+                replicas: opts.replicas,
+                ..ShardReport::default()
+            },
+            map,
+            heartbeats: Heartbeats::new(opts.lease_ms),
+            opts,
+            replicas,
+            owners: BTreeMap::new(),
+            node_shard: BTreeMap::new(),
+            seq: 0,
+            open: BTreeMap::new(),
+            started: BTreeMap::new(),
+            dirty: false,
+            held: HashSet::new(),
+            pending_release: Vec::new(),
+            pod_shard: BTreeMap::new(),
+            fired: false,
+            violations: Vec::new(),
+            recovery: VecDeque::new(),
+        })
+    }
+
+    /// The shard map (queue -> shard, node -> shard).
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+
+    /// Current owners and epochs.
+    pub fn owners(&self) -> &BTreeMap<ShardId, (ReplicaId, Epoch)> {
+        &self.owners
+    }
+
+    /// Violations found by the runtime since the last call.
+    pub fn take_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// Whether something is still to finish: an open transaction, an unbound commit, a
+    /// shard whose owner is down while another replica could take it.
+    pub fn busy(&self) -> bool {
+        let someone_up = self.replicas.values().any(|r| r.health == Health::Up);
+        let orphan = self
+            .owners
+            .values()
+            .any(|(o, _)| self.replicas.get(o).is_none_or(|r| r.health != Health::Up));
+        !self.open.is_empty()
+            || !self.pending_release.is_empty()
+            || self.dirty
+            || (someone_up && orphan)
+    }
+
+    /// Registers nodes (each in its shard's pool), assigns every shard to the replicas,
+    /// and records the pods already running.
+    pub fn load(
+        &mut self,
+        sim: &SimCluster,
+        ledger: &mut dyn PlacementLedger,
+    ) -> Result<Vec<String>, LedgerError> {
+        let nodes: Vec<_> = sim.nodes().map(|n| (n, self.map.shard_of(n))).collect();
+        self.node_shard = nodes.iter().map(|(n, s)| (n.name.clone(), *s)).collect();
+        let live: BTreeSet<ReplicaId> = self.replicas.keys().copied().collect();
+        let shards: BTreeSet<ShardId> = self.map.shards().collect();
+        for m in assign_shards(&shards, &BTreeMap::new(), &live) {
+            self.owners.insert(m.shard, (m.to, m.new_epoch));
+            self.report.moves.push(ShardMove {
+                at_ms: sim.now_ms(),
+                shard: m.shard,
+                from: None,
+                to: m.to,
+                epoch: m.new_epoch,
+            });
+        }
+        for r in live {
+            self.heartbeats.record(r, sim.now_ms());
+        }
+        let occupying: Vec<_> = sim.pods().filter(|p| p.occupies_node()).collect();
+        for p in &occupying {
+            if let Some(s) = p.node_name.as_ref().and_then(|n| self.node_shard.get(n)) {
+                self.pod_shard.insert(p.key.to_string(), *s);
+            }
+        }
+        let warnings = load_sharded(ledger, &nodes, &self.owners, &occupying)?;
+        let ids: Vec<ReplicaId> = self.replicas.keys().copied().collect();
+        for id in ids {
+            self.learn(id, None, sim.now_ms());
+        }
+        Ok(warnings)
+    }
+
+    /// Applies a fault to a scheduler replica (and to its ledger replica where the fault
+    /// is one of the ledger's). Returns what was done.
+    pub fn inject(
+        &mut self,
+        fault: &LedgerFault,
+        ledger: &mut dyn PlacementLedger,
+        now_ms: TimeMs,
+    ) -> String {
+        let ledger_part = if fault.is_scheduler_only() || ledger.replicas() < 2 {
+            String::new()
+        } else {
+            match ledger.inject(fault) {
+                Ok(done) => format!("; ledger: {done}"),
+                Err(e) => format!("; ledger: failed: {e}"),
+            }
+        };
+        let Some(id) = fault.replica() else {
+            return format!("{fault}{ledger_part}");
+        };
+        let Some(r) = self.replicas.get_mut(&id) else {
+            return format!("{fault}: no replica {id}");
+        };
+        let what = match fault {
+            LedgerFault::Kill(_) => {
+                r.health = Health::Killed;
+                r.coords.clear();
+                r.parts.clear();
+                "killed"
+            }
+            LedgerFault::Restart(_) => {
+                *r = Replica::new();
+                "restarted with an empty view"
+            }
+            LedgerFault::Isolate(_) => {
+                r.health = Health::Isolated;
+                "cut off"
+            }
+            LedgerFault::Pause { for_ms, .. } => {
+                if r.health == Health::Up {
+                    r.health = Health::Paused {
+                        until_ms: for_ms.map(|ms| now_ms.saturating_add(ms)),
+                    };
+                }
+                "paused"
+            }
+            LedgerFault::Heal(_) | LedgerFault::Resume(_) => {
+                if matches!(r.health, Health::Paused { .. } | Health::Isolated) {
+                    r.health = Health::Up;
+                    r.stale_view = true;
+                }
+                "running again (with the view it had)"
+            }
+            LedgerFault::KillLeader => "",
+        };
+        let line = format!(
+            "{:.1}s replica {id} {what}{ledger_part}",
+            now_ms as f64 / 1000.0
+        );
+        self.report.replica_events.push(line.clone());
+        self.dirty = true;
+        line
+    }
+
+    /// The start of a round: resumes, heartbeats, the leader's moves and expiry, each
+    /// replica learning its shards, ticks, and the retry of unbound commits.
+    pub fn begin_round(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        errors: &mut Vec<String>,
+    ) {
+        let now = sim.now_ms();
+        for r in self.replicas.values_mut() {
+            if let Health::Paused {
+                until_ms: Some(until),
+            } = r.health
+                && until <= now
+            {
+                r.health = Health::Up;
+                r.stale_view = true;
+            }
+        }
+        let up: Vec<ReplicaId> = self.up();
+        for id in &up {
+            self.heartbeats.record(*id, now);
+        }
+        if up.is_empty() {
+            return;
+        }
+        self.lead(ledger, now, errors);
+        let mut state: Option<LedgerState> = None;
+        for id in &up {
+            if self.replicas[id].stale_view {
+                continue;
+            }
+            self.learn(*id, Some((&mut state, &mut *ledger)), now);
+        }
+        let mut mail = std::mem::take(&mut self.recovery);
+        for id in &up {
+            let r = self.replicas.get_mut(id).expect("listed as up");
+            for (shard, c) in &mut r.coords {
+                let epoch = c.epoch();
+                mail.extend(
+                    c.step(CoordEvent::Tick { now_ms: now })
+                        .into_iter()
+                        .map(|cmd| Work::FromCoord {
+                            from: *id,
+                            shard: *shard,
+                            epoch,
+                            cmd,
+                        }),
+                );
+            }
+            for (shard, p) in &mut r.parts {
+                let epoch = p.epoch();
+                mail.extend(
+                    p.step(ParticipantEvent::Tick { now_ms: now })
+                        .into_iter()
+                        .map(|cmd| Work::FromPart {
+                            from: *id,
+                            shard: *shard,
+                            epoch,
+                            cmd,
+                        }),
+                );
+            }
+        }
+        let mut out = TurnOutput::default();
+        self.pump(sim, ledger, mail, &mut out, errors);
+        self.retry_releases(ledger, errors);
+        if self.dirty || !self.open.is_empty() {
+            self.retry_unbound(sim, ledger, errors);
+            let recovery = std::mem::take(&mut self.recovery);
+            if !recovery.is_empty() {
+                self.pump(sim, ledger, recovery, &mut out, errors);
+            }
+        } else {
+            self.held.clear();
+        }
+    }
+
+    fn up(&self) -> Vec<ReplicaId> {
+        self.replicas
+            .iter()
+            .filter(|(_, r)| r.health == Health::Up)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The Raft leader's duties: move the shards of replicas not heard from within the
+    /// lease (and rebalance), and abort undecided transactions past their deadline.
+    fn lead(&mut self, ledger: &mut dyn PlacementLedger, now: TimeMs, errors: &mut Vec<String>) {
+        let live = self.heartbeats.live(now);
+        for m in assign(&self.owners, &live) {
+            match ledger.propose_raw(vec![m.to_command()]) {
+                Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {
+                    self.owners.insert(m.shard, (m.to, m.new_epoch));
+                    self.report.moves.push(ShardMove {
+                        at_ms: now,
+                        shard: m.shard,
+                        from: m.from,
+                        to: m.to,
+                        epoch: m.new_epoch,
+                    });
+                    self.dirty = true;
+                }
+                Ok(r) => errors.push(format!("moving shard {}: {r:?}", m.shard)),
+                Err(e) => errors.push(format!("moving shard {}: {e}", m.shard)),
+            }
+        }
+        match ledger.propose_raw(vec![LedgerCommand::ExpireAt { now_ms: now }]) {
+            Ok(responses) => {
+                for r in responses {
+                    if let LedgerResponse::Expired { aborted } = r {
+                        self.report.txns_expired += aborted.len();
+                        for t in aborted {
+                            self.open.remove(&t);
+                        }
+                    }
+                }
+            }
+            Err(e) => errors.push(format!("expiring transactions: {e}")),
+        }
+    }
+
+    /// Replica `id` reads its shards from the ledger: a shard gained (or regained at a new
+    /// epoch) gets a fresh Coordinator and Participant, and the Coordinator recovers the
+    /// shard's transactions; a shard lost drops its machines.
+    fn learn(
+        &mut self,
+        id: ReplicaId,
+        recover: Option<(&mut Option<LedgerState>, &mut dyn PlacementLedger)>,
+        now: TimeMs,
+    ) {
+        let mine: BTreeMap<ShardId, Epoch> = self
+            .owners
+            .iter()
+            .filter(|(_, (o, _))| *o == id)
+            .map(|(s, (_, e))| (*s, *e))
+            .collect();
+        let r = self.replicas.get_mut(&id).expect("a known replica");
+        r.stale_view = false;
+        if r.owned == mine {
+            return;
+        }
+        r.coords.retain(|s, c| mine.get(s) == Some(&c.epoch()));
+        r.parts.retain(|s, p| mine.get(s) == Some(&p.epoch()));
+        let gained: Vec<(ShardId, Epoch)> = mine
+            .iter()
+            .filter(|(s, e)| r.owned.get(s) != Some(e))
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        r.owned = mine;
+        for (shard, epoch) in &gained {
+            r.coords.insert(
+                *shard,
+                Coordinator::new(*shard, *epoch, CoordConfig::default()),
+            );
+            r.parts.insert(
+                *shard,
+                Participant::new(*shard, *epoch, ParticipantConfig::default()),
+            );
+        }
+        let Some((state, ledger)) = recover else {
+            return;
+        };
+        if gained.is_empty() {
+            return;
+        }
+        if state.is_none() {
+            match ledger.state() {
+                Ok(s) => *state = Some(s),
+                Err(_) => {
+                    self.dirty = true;
+                    return;
+                }
+            }
+        }
+        let Some(state) = state.as_ref() else { return };
+        for (shard, epoch) in gained {
+            let txns = recovered_txns(state, shard);
+            if txns.is_empty() {
+                continue;
+            }
+            for t in &txns {
+                if t.decision.is_some() {
+                    self.open.remove(&t.txn);
+                }
+            }
+            self.recovery.push_back(Work::ToCoord {
+                to: id,
+                shard,
+                epoch,
+                event: CoordEvent::Recover { txns, now_ms: now },
+            });
+        }
+    }
+}
+
+impl ShardRuntime {
+    /// Proposes fenced commands on behalf of replica `by` (`None`: the leader role); every
+    /// response is checked for I4 against the shard map, and a stale-epoch refusal is
+    /// recorded (the proposer then learns the new epoch).
+    fn propose(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        by: Option<ReplicaId>,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        if let Some(id) = by
+            && self
+                .replicas
+                .get(&id)
+                .is_some_and(|r| r.health == Health::Isolated)
+        {
+            return Err(LedgerError::Unavailable(format!(
+                "replica {id} is cut off from the ledger"
+            )));
+        }
+        let responses = ledger.propose_raw(commands.clone())?;
+        for (cmd, response) in commands.iter().zip(&responses) {
+            if cmd.fence().is_none() {
+                continue;
+            }
+            self.report.checks += 1;
+            let found = invariants::check_fencing(&self.owners, cmd, response);
+            self.report.checks_failed += found.len() as u64;
+            self.violations.extend(found);
+            if let Some(Refusal::StaleEpoch { .. }) = response.refusal() {
+                let who = by.map_or_else(|| "the leader".to_string(), |r| format!("replica {r}"));
+                self.report.stale_writes_refused.push(format!(
+                    "{who}: {} refused: {}",
+                    command_name(cmd),
+                    response
+                        .refusal()
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                ));
+                if let Some(id) = by {
+                    self.learn(id, None, 0);
+                }
+            }
+        }
+        Ok(responses)
+    }
+
+    /// Delivers messages and performs the machines' commands until nothing is left.
+    fn pump(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        mut work: VecDeque<Work>,
+        out: &mut TurnOutput,
+        errors: &mut Vec<String>,
+    ) {
+        let now = sim.now_ms();
+        let mut steps = 0usize;
+        while let Some(w) = work.pop_front() {
+            steps += 1;
+            if steps > MAX_PUMP_STEPS {
+                errors.push(format!(
+                    "the 2PC pump stopped after {MAX_PUMP_STEPS} steps ({} left)",
+                    work.len() + 1
+                ));
+                return;
+            }
+            match w {
+                Work::ToCoord {
+                    to,
+                    shard,
+                    epoch,
+                    event,
+                } => {
+                    let Some(c) = self.replicas.get_mut(&to).and_then(|r| {
+                        (r.health == Health::Up)
+                            .then(|| r.coords.get_mut(&shard))
+                            .flatten()
+                    }) else {
+                        continue;
+                    };
+                    if c.epoch() != epoch {
+                        continue;
+                    }
+                    work.extend(c.step(event).into_iter().map(|cmd| Work::FromCoord {
+                        from: to,
+                        shard,
+                        epoch,
+                        cmd,
+                    }));
+                }
+                Work::ToPart {
+                    to,
+                    shard,
+                    epoch,
+                    event,
+                } => {
+                    if let ParticipantEvent::Prepare(p) = &event
+                        && self.opts.txn_fault == Some(TxnFault::ParticipantOnPrepare)
+                        && !self.fired
+                        && self.owners.get(&p.coordinator).map(|(o, _)| *o) != Some(to)
+                    {
+                        self.fired = true;
+                        self.kill(ledger, to, "killed on a prepare (txn fault)", now);
+                        continue;
+                    }
+                    let Some(p) = self.replicas.get_mut(&to).and_then(|r| {
+                        (r.health == Health::Up)
+                            .then(|| r.parts.get_mut(&shard))
+                            .flatten()
+                    }) else {
+                        continue;
+                    };
+                    if p.epoch() != epoch {
+                        continue;
+                    }
+                    work.extend(p.step(event).into_iter().map(|cmd| Work::FromPart {
+                        from: to,
+                        shard,
+                        epoch,
+                        cmd,
+                    }));
+                }
+                Work::FromCoord {
+                    from,
+                    shard,
+                    epoch,
+                    cmd,
+                } => {
+                    if self
+                        .replicas
+                        .get(&from)
+                        .is_none_or(|r| r.health != Health::Up)
+                    {
+                        continue;
+                    }
+                    self.coord_command(sim, ledger, from, shard, epoch, cmd, &mut work, out);
+                }
+                Work::FromPart {
+                    from,
+                    shard,
+                    epoch,
+                    cmd,
+                } => {
+                    if self
+                        .replicas
+                        .get(&from)
+                        .is_none_or(|r| r.health != Health::Up)
+                    {
+                        continue;
+                    }
+                    match cmd {
+                        ParticipantCommand::ProposeToLedger(c) => {
+                            let txn = match &c {
+                                LedgerCommand::TxnReserve { txn, .. } => txn.clone(),
+                                _ => String::new(),
+                            };
+                            let Ok(responses) = self.propose(ledger, Some(from), vec![c]) else {
+                                continue; // unknown outcome: the coordinator resends
+                            };
+                            let Some(r) = responses.first() else { continue };
+                            work.push_back(Work::ToPart {
+                                to: from,
+                                shard,
+                                epoch,
+                                event: ParticipantEvent::LedgerApplied {
+                                    txn,
+                                    result: reserve_result(shard, r),
+                                },
+                            });
+                        }
+                        ParticipantCommand::Reply {
+                            to,
+                            txn,
+                            shard: part,
+                            reply,
+                        } => {
+                            if let Some((owner, e)) = self.owners.get(&to).copied() {
+                                work.push_back(Work::ToCoord {
+                                    to: owner,
+                                    shard: to,
+                                    epoch: e,
+                                    event: CoordEvent::ParticipantReply {
+                                        txn,
+                                        shard: part,
+                                        reply,
+                                    },
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ShardRuntime {
+    #[allow(clippy::too_many_arguments)]
+    fn coord_command(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        from: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        cmd: CoordCommand,
+        work: &mut VecDeque<Work>,
+        out: &mut TurnOutput,
+    ) {
+        let now = sim.now_ms();
+        match cmd {
+            CoordCommand::ProposeToLedger(c) => {
+                if let LedgerCommand::TxnDecide {
+                    decision: TxnDecision::Commit,
+                    ..
+                } = &c
+                    && self.opts.txn_fault == Some(TxnFault::CoordinatorAfterReservations)
+                    && !self.fired
+                {
+                    self.fired = true;
+                    self.kill(
+                        ledger,
+                        from,
+                        "killed after every reservation, before the decision (txn fault)",
+                        now,
+                    );
+                    return;
+                }
+                let (txn, decision) = match &c {
+                    LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), None),
+                    LedgerCommand::TxnDecide { txn, decision, .. } => {
+                        (txn.clone(), Some(*decision))
+                    }
+                    _ => return,
+                };
+                let Ok(responses) = self.propose(ledger, Some(from), vec![c]) else {
+                    return; // unknown outcome: resent on a tick
+                };
+                if let Some(r) = responses.first() {
+                    work.push_back(Work::ToCoord {
+                        to: from,
+                        shard,
+                        epoch,
+                        event: CoordEvent::LedgerApplied {
+                            txn,
+                            result: match decision {
+                                None => begin_result(r),
+                                Some(d) => decide_result(d, r),
+                            },
+                        },
+                    });
+                }
+            }
+            CoordCommand::SendPrepare { shard: to, prepare } => {
+                if let Some((owner, e)) = self.owners.get(&to).copied() {
+                    work.push_back(Work::ToPart {
+                        to: owner,
+                        shard: to,
+                        epoch: e,
+                        event: ParticipantEvent::Prepare(prepare),
+                    });
+                }
+            }
+            CoordCommand::SendDecision {
+                shard: to,
+                txn,
+                decision,
+            } => {
+                if let Some((owner, e)) = self.owners.get(&to).copied() {
+                    work.push_back(Work::ToPart {
+                        to: owner,
+                        shard: to,
+                        epoch: e,
+                        event: ParticipantEvent::Decided { txn, decision },
+                    });
+                }
+            }
+            CoordCommand::Bind { txn, pods, .. } => {
+                if self.opts.txn_fault == Some(TxnFault::CoordinatorAfterCommit) && !self.fired {
+                    self.fired = true;
+                    self.kill(
+                        ledger,
+                        from,
+                        "killed after the commit was logged, before binding (txn fault)",
+                        now,
+                    );
+                    return;
+                }
+                let pods: Vec<(ObjectKey, String)> = pods
+                    .iter()
+                    .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
+                    .collect();
+                self.bind_pods(sim, ledger, &pods);
+                if let Some(g) = self.started.remove(&txn) {
+                    out.bound.push(g);
+                }
+            }
+            CoordCommand::Report {
+                txn,
+                outcome,
+                reason,
+            } => {
+                match outcome {
+                    TxnOutcome::Committed => self.report.txns_committed += 1,
+                    TxnOutcome::Aborted => self.report.txns_aborted += 1,
+                    TxnOutcome::Rejected => self.report.txns_rejected += 1,
+                    TxnOutcome::Unfinished => self.report.txns_unfinished += 1,
+                }
+                self.report
+                    .txn_log
+                    .push(format!("{txn}: {outcome:?}: {reason}"));
+                if outcome != TxnOutcome::Unfinished {
+                    self.open.remove(&txn);
+                }
+                if outcome != TxnOutcome::Committed {
+                    self.started.remove(&txn);
+                }
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn kill(&mut self, ledger: &mut dyn PlacementLedger, id: ReplicaId, why: &str, now: TimeMs) {
+        let line = self.inject(&LedgerFault::Kill(id), ledger, now);
+        self.report.replica_events.push(format!("{line} ({why})"));
+    }
+
+    /// Binds pods (idempotent: a pod already on its node is done), then each pod's shard
+    /// owner records `MarkBound` at its epoch; an owner that is down leaves it to the retry.
+    fn bind_pods(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        pods: &[(ObjectKey, String)],
+    ) {
+        let mut by_shard: BTreeMap<ShardId, Vec<ObjectKey>> = BTreeMap::new();
+        let mut failed = Vec::new();
+        for (pod, node) in pods {
+            let shard = self.node_shard.get(node).copied().unwrap_or_default();
+            let on = sim.pod(pod).map(|p| p.node_name.clone());
+            let ok = match on {
+                Some(None) => sim.bind(pod, node).is_ok(),
+                Some(Some(n)) => &n == node,
+                None => false,
+            };
+            if ok {
+                by_shard.entry(shard).or_default().push(pod.clone());
+            } else {
+                failed.push((pod.clone(), ReleaseReason::BindFailed));
+                self.pod_shard.insert(pod.to_string(), shard);
+            }
+        }
+        for (shard, pods) in by_shard {
+            for p in &pods {
+                self.pod_shard.insert(p.to_string(), shard);
+            }
+            let Some((owner, epoch)) = self.owners.get(&shard).copied() else {
+                continue;
+            };
+            if self
+                .replicas
+                .get(&owner)
+                .is_none_or(|r| r.health != Health::Up)
+            {
+                self.dirty = true;
+                continue;
+            }
+            let cmds = mark_bound_at(Fence { shard, epoch }, &pods);
+            match self.propose(ledger, Some(owner), cmds) {
+                Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
+                _ => self.dirty = true,
+            }
+        }
+        self.pending_release.extend(failed);
+    }
+
+    /// Releases placements of pods that finished, were evicted or failed to bind: each by
+    /// its shard's current owner; an owner that is down leaves it for a later round.
+    pub fn release(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        pods: &[ObjectKey],
+        reason: ReleaseReason,
+    ) {
+        let mut by_shard: BTreeMap<ShardId, Vec<ObjectKey>> = BTreeMap::new();
+        for pod in pods {
+            match self.pod_shard.get(&pod.to_string()) {
+                Some(s) => by_shard.entry(*s).or_default().push(pod.clone()),
+                None => continue, // never placed by phalanx: nothing to release
+            }
+        }
+        for (shard, pods) in by_shard {
+            let owner = self.owners.get(&shard).copied();
+            let done = match owner {
+                Some((o, epoch))
+                    if self
+                        .replicas
+                        .get(&o)
+                        .is_some_and(|r| r.health == Health::Up) =>
+                {
+                    let cmds = release_at(Fence { shard, epoch }, &pods, reason);
+                    matches!(self.propose(ledger, Some(o), cmds), Ok(r) if r.iter().all(|r| r.refusal().is_none()))
+                }
+                _ => false,
+            };
+            if done {
+                for p in &pods {
+                    self.pod_shard.remove(&p.to_string());
+                }
+            } else {
+                self.pending_release
+                    .extend(pods.into_iter().map(|p| (p, reason)));
+            }
+        }
+    }
+
+    fn retry_releases(&mut self, ledger: &mut dyn PlacementLedger, _errors: &mut Vec<String>) {
+        let pending = std::mem::take(&mut self.pending_release);
+        let mut by_reason: BTreeMap<String, (ReleaseReason, Vec<ObjectKey>)> = BTreeMap::new();
+        for (pod, reason) in pending {
+            by_reason
+                .entry(format!("{reason:?}"))
+                .or_insert_with(|| (reason, Vec::new()))
+                .1
+                .push(pod);
+        }
+        for (_, (reason, pods)) in by_reason {
+            self.release(ledger, &pods, reason);
+        }
+    }
+
+    /// Commit, then bind, after a fault: every assumed placement whose gang's shard owners
+    /// all run is bound now (or released if its pod is gone); gangs with an open
+    /// transaction or an unbound placement are not planned again this round.
+    fn retry_unbound(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        errors: &mut Vec<String>,
+    ) {
+        let state = match ledger.state() {
+            Ok(s) => s,
+            Err(e) => {
+                errors.push(format!("reading the ledger to retry unbound commits: {e}"));
+                return;
+            }
+        };
+        // Transactions the ledger decided or forgot are no longer open; an undecided one
+        // that its shard's running coordinator does not hold (it gave up: Unfinished) is
+        // handed back to it with Recover, which aborts it.
+        self.open
+            .retain(|t, _| state.txns.get(t).is_some_and(|x| x.decision.is_none()));
+        let mut orphans: BTreeMap<ShardId, Vec<TxnId>> = BTreeMap::new();
+        for txn in self.open.keys() {
+            let Some(shard) = state.txns.get(txn).map(|t| t.coordinator) else {
+                continue;
+            };
+            let Some((owner, _)) = self.owners.get(&shard) else {
+                continue;
+            };
+            let held = self.replicas.get(owner).is_some_and(|r| {
+                r.health == Health::Up
+                    && r.coords.get(&shard).is_some_and(|c| c.phase(txn).is_some())
+            });
+            if !held {
+                orphans.entry(shard).or_default().push(txn.clone());
+            }
+        }
+        for (shard, txns) in orphans {
+            let Some((owner, epoch)) = self.owners.get(&shard).copied() else {
+                continue;
+            };
+            let recovered: Vec<_> = recovered_txns(&state, shard)
+                .into_iter()
+                .filter(|t| txns.contains(&t.txn))
+                .collect();
+            self.recovery.push_back(Work::ToCoord {
+                to: owner,
+                shard,
+                epoch,
+                event: CoordEvent::Recover {
+                    txns: recovered,
+                    now_ms: sim.now_ms(),
+                },
+            });
+        }
+        let mut assumed: BTreeMap<String, Vec<(ObjectKey, String, ShardId)>> = BTreeMap::new();
+        let mut held: HashSet<String> = self.open.values().cloned().collect();
+        for (pod, p) in &state.placements {
+            match p.state {
+                PlacementState::Assumed => {
+                    held.insert(p.gang.clone());
+                    assumed.entry(p.gang.clone()).or_default().push((
+                        ObjectKey::parse(pod),
+                        p.node.clone(),
+                        p.shard,
+                    ));
+                }
+                PlacementState::Reserved { .. } => {
+                    held.insert(p.gang.clone());
+                }
+                PlacementState::Bound => {}
+            }
+        }
+        let mut left = false;
+        for (gang, pods) in assumed {
+            let owners_up = pods.iter().all(|(_, _, s)| {
+                self.owners.get(s).is_some_and(|(o, _)| {
+                    self.replicas.get(o).is_some_and(|r| r.health == Health::Up)
+                })
+            });
+            if !owners_up {
+                left = true;
+                continue;
+            }
+            let pods: Vec<(ObjectKey, String)> = pods.into_iter().map(|(p, n, _)| (p, n)).collect();
+            self.bind_pods(sim, ledger, &pods);
+            held.remove(&gang);
+        }
+        self.held = held;
+        self.dirty = left || !self.open.is_empty();
+    }
+
+    fn home(&self, sim: &SimCluster, gang: &ObjectKey) -> ShardId {
+        let queue = sim
+            .pod_group(gang)
+            .map_or(DEFAULT_QUEUE, |g| g.queue.as_str());
+        self.map.shard_of_queue(queue)
+    }
+
+    /// The replicas in turn order: ids rotated by the seed.
+    fn turn_order(&self) -> Vec<ReplicaId> {
+        let ids: Vec<ReplicaId> = self.replicas.keys().copied().collect();
+        let n = ids.len().max(1);
+        let start = (self.opts.seed % n as u64) as usize;
+        ids.iter()
+            .cycle()
+            .skip(start)
+            .take(ids.len())
+            .copied()
+            .collect()
+    }
+
+    /// One round's writes: each running replica, in turn, performs its queues' evictions,
+    /// then commits its home shards' gangs (`PlaceGangs` or 2PC) and binds what was
+    /// accepted; statuses and events are written for the shards whose owner took its turn.
+    pub fn perform(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        plan: &CyclePlan,
+        cycle: u32,
+        outcome: &mut RunOutcome,
+    ) -> CyclePlan {
+        let now = sim.now_ms();
+        let mut performed = CyclePlan::default();
+        let order = self.turn_order();
+        let running = |rt: &Self, id: &ReplicaId| rt.replicas[id].health == Health::Up;
+        for id in &order {
+            if !running(self, id) {
+                continue;
+            }
+            let owned = self.replicas[id].owned.clone();
+            for ev in &plan.evictions {
+                if owned.contains_key(&self.home(sim, &ev.for_gang)) {
+                    if let Err(e) = sim.evict(&ev.pod, &ev.reason) {
+                        outcome.bind_errors.push(format!("evict {}: {e}", ev.pod));
+                    }
+                    performed.evictions.push(ev.clone());
+                }
+            }
+        }
+        let gone = sim.take_gone();
+        if !gone.is_empty() {
+            self.release(ledger, &gone, ReleaseReason::Evicted);
+        }
+        let mut done_shards: BTreeSet<ShardId> = BTreeSet::new();
+        let mut work = VecDeque::new();
+        for id in &order {
+            if !running(self, id) {
+                continue;
+            }
+            let owned = self.replicas[id].owned.clone();
+            let mut local: BTreeMap<ShardId, Vec<GangPlacement>> = BTreeMap::new();
+            let mut cross: Vec<(ShardId, GangPlacement)> = Vec::new();
+            for gang in &plan.gangs {
+                let h = self.home(sim, &gang.gang);
+                if !owned.contains_key(&h) || self.held.contains(&gang.gang.to_string()) {
+                    continue;
+                }
+                let all_home = gang
+                    .placements
+                    .iter()
+                    .all(|p| self.node_shard.get(&p.node) == Some(&h));
+                if all_home {
+                    local.entry(h).or_default().push(gang.clone());
+                } else {
+                    cross.push((h, gang.clone()));
+                }
+            }
+            for (h, gangs) in local {
+                let fence = Fence {
+                    shard: h,
+                    epoch: owned[&h],
+                };
+                let cmds = place_at(fence, &gangs);
+                let sizes = command_sizes(&cmds);
+                match self.propose(ledger, Some(*id), cmds) {
+                    Ok(responses) => {
+                        for (gang, v) in gangs.iter().zip(gang_verdicts(&responses, &sizes)) {
+                            match v {
+                                Verdict::Accepted => {
+                                    self.report.local_gangs += 1;
+                                    let pods: Vec<(ObjectKey, String)> = gang
+                                        .placements
+                                        .iter()
+                                        .map(|p| (p.pod.clone(), p.node.clone()))
+                                        .collect();
+                                    self.bind_pods(sim, ledger, &pods);
+                                    performed.gangs.push(gang.clone());
+                                }
+                                Verdict::Refused(why) | Verdict::InDoubt(why) => outcome
+                                    .ledger_refusals
+                                    .push((cycle, gang.gang.to_string(), why)),
+                            }
+                        }
+                    }
+                    Err(LedgerError::Ambiguous(why)) => {
+                        // If it landed, the retry of assumed placements binds it.
+                        self.dirty = true;
+                        for g in &gangs {
+                            outcome.ledger_refusals.push((
+                                cycle,
+                                g.gang.to_string(),
+                                format!("outcome unknown ({why})"),
+                            ));
+                        }
+                    }
+                    Err(e) => outcome.ledger_errors.push(format!(
+                        "cycle {cycle}: replica {id} committing shard {h}'s gangs: {e}"
+                    )),
+                }
+            }
+            for (h, gang) in cross {
+                let Some(epoch) = owned.get(&h).copied() else {
+                    continue;
+                };
+                self.seq += 1;
+                let key = gang.gang.to_string();
+                let txn = txn_id(h, epoch, self.seq, &key);
+                let mut parts: BTreeMap<ShardId, Vec<PodPlacement>> = BTreeMap::new();
+                for p in &gang.placements {
+                    let s = self.node_shard.get(&p.node).copied().unwrap_or(h);
+                    parts.entry(s).or_default().push(PodPlacement {
+                        pod: p.pod.to_string(),
+                        node: p.node.clone(),
+                        resources: crate::ledger::resource_vec(&p.resources),
+                    });
+                }
+                self.report.txns_started += 1;
+                self.open.insert(txn.clone(), key.clone());
+                self.started.insert(txn.clone(), gang.clone());
+                work.push_back(Work::ToCoord {
+                    to: *id,
+                    shard: h,
+                    epoch,
+                    event: CoordEvent::Start(StartTxn {
+                        txn,
+                        gang: key,
+                        parts: parts.into_iter().collect(),
+                        now_ms: now,
+                        deadline_ms: now.saturating_add(self.opts.txn_timeout_ms),
+                    }),
+                });
+            }
+        }
+        // The replicas' cross-shard transactions run at the same time: their messages are
+        // interleaved in one pump, first come first served.
+        let mut out = TurnOutput::default();
+        self.pump(sim, ledger, work, &mut out, &mut outcome.ledger_errors);
+        performed.gangs.extend(out.bound);
+        for id in &order {
+            if self.replicas[id].health == Health::Up {
+                // After its writes, a replica that acted on a stale view has caught up.
+                self.learn(*id, None, now);
+                done_shards.extend(
+                    self.owners
+                        .iter()
+                        .filter(|(_, (o, _))| o == id)
+                        .map(|(s, _)| *s),
+                );
+            }
+        }
+        let not_bound: HashSet<&ObjectKey> = plan
+            .gangs
+            .iter()
+            .map(|g| &g.gang)
+            .filter(|k| !performed.gangs.iter().any(|p| &p.gang == *k))
+            .collect();
+        for (key, status) in &plan.status_updates {
+            if not_bound.contains(key) || !done_shards.contains(&self.home(sim, key)) {
+                continue;
+            }
+            if let Err(e) = sim.update_pod_group_status(key, status) {
+                outcome.bind_errors.push(format!("status of {key}: {e}"));
+            }
+            performed.status_updates.push((key.clone(), status.clone()));
+        }
+        for event in &plan.events {
+            if not_bound.contains(&event.object)
+                || !done_shards.contains(&self.home(sim, &event.object))
+            {
+                continue;
+            }
+            let _ = sim.record_event(event);
+        }
+        performed
+    }
+
+    /// Pods the ledger may hold without the cluster having them bound yet: reservations of
+    /// open transactions and commits not yet bound (their owner is down, or they are bound
+    /// in the next round's retry).
+    pub fn unbound_pods(&self, state: &LedgerState) -> HashSet<String> {
+        state
+            .placements
+            .iter()
+            .filter(|(_, p)| p.state != PlacementState::Bound)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// The ledger's own checks and "no leaked reservation", counted in the report.
+    pub fn check_state(&mut self, state: &LedgerState) -> Vec<Violation> {
+        let mut found: Vec<Violation> = check_all(state)
+            .into_iter()
+            .map(|v| Violation {
+                invariant: "ledger",
+                detail: v.to_string(),
+            })
+            .collect();
+        found.extend(invariants::check_no_leaked_reservation(state));
+        self.report.checks += 2;
+        self.report.checks_failed += found.len() as u64;
+        found
+    }
+}
+
+fn command_name(cmd: &LedgerCommand) -> String {
+    match cmd {
+        LedgerCommand::PlaceGangs {
+            shard,
+            epoch,
+            gangs,
+        } => {
+            format!(
+                "PlaceGangs of {} gang(s) for shard {shard} at epoch {epoch}",
+                gangs.len()
+            )
+        }
+        LedgerCommand::MarkBound { shard, epoch, .. } => {
+            format!("MarkBound for shard {shard} at epoch {epoch}")
+        }
+        LedgerCommand::Release { shard, epoch, .. } => {
+            format!("Release for shard {shard} at epoch {epoch}")
+        }
+        LedgerCommand::TxnBegin {
+            txn, shard, epoch, ..
+        } => {
+            format!("TxnBegin {txn} for shard {shard} at epoch {epoch}")
+        }
+        LedgerCommand::TxnReserve {
+            txn, shard, epoch, ..
+        } => {
+            format!("TxnReserve {txn} for shard {shard} at epoch {epoch}")
+        }
+        LedgerCommand::TxnDecide {
+            txn, shard, epoch, ..
+        } => {
+            format!("TxnDecide {txn} for shard {shard} at epoch {epoch}")
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// The sharded runtime's options for a run, or `None` for the unsharded path (one shard
+/// and no fault that needs scheduler replicas): the outputs of such runs stay as they were.
+pub fn sharding_for(
+    shards: u32,
+    by_label: Option<String>,
+    replicas: u64,
+    faults: &[crate::ledger::ScheduledFault],
+    seed: u64,
+) -> Option<ShardOptions> {
+    let needs_replicas = faults.iter().any(|f| f.fault.is_scheduler_only());
+    (shards > 1 || by_label.is_some() || needs_replicas).then(|| ShardOptions {
+        seed,
+        ..ShardOptions::new(
+            ShardingConfig {
+                shards,
+                by_label,
+                ..ShardingConfig::default()
+            },
+            replicas,
+        )
+    })
+}

@@ -1,0 +1,412 @@
+//! Faults of shard owners through the wired runtime (`simulate::sharded` inside the
+//! driver): a coordinator killed before or after its decision, a participant killed on its
+//! prepare, two cross-shard gangs competing for the same GPUs, an owner paused past its
+//! lease. The driver checks I1–I3, commit-then-bind, the ledger's checks and "no leaked
+//! reservation" after every cycle, and I4 on every fenced write; each test then checks the
+//! ledger at the end. Simulated time, fixed seeds: every run is the same.
+
+use std::collections::BTreeSet;
+
+use phalanx_scheduler::cluster::sim::SimCluster;
+use phalanx_scheduler::framework::{CyclePlan, GangPlacement, Placement, SchedulerConf};
+use phalanx_scheduler::invariants::check_no_leaked_reservation;
+use phalanx_scheduler::ledger::{LocalLedger, PlacementLedger, RaftLedger, ScheduledFault};
+use phalanx_scheduler::model::{
+    GROUP_NAME_ANNOTATION, Node, ObjectKey, Pod, PodGroup, PodGroupPhase, Queue, Resources,
+};
+use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
+use phalanx_scheduler::simulate::driver::{DriverOptions, RunOutcome, drive_with};
+use phalanx_scheduler::simulate::sharded::{ShardOptions, ShardRuntime, TxnFault};
+use phalanx_statestore::ledger::{PlacementState, check_all};
+
+fn gpus(n: i64) -> Resources {
+    Resources::from_pairs([("nvidia.com/gpu", n)])
+}
+
+fn map(shards: u32) -> ShardMap {
+    ShardMap::new(ShardingConfig {
+        shards,
+        ..ShardingConfig::default()
+    })
+    .expect("valid")
+}
+
+/// One node of `gpus_each` GPUs in each shard (names found by scanning `node-N`).
+fn one_node_per_shard(shards: u32, gpus_each: i64) -> Vec<Node> {
+    let m = map(shards);
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for i in 0.. {
+        let node = Node::new(format!("node-{i}"), gpus(gpus_each));
+        if seen.insert(m.shard_of(&node)) {
+            out.push(node);
+        }
+        if seen.len() == shards as usize {
+            break;
+        }
+    }
+    out
+}
+
+/// A gang `name` of `size` one-GPU pods in `queue`, Inqueue, running `duration_ms`.
+fn gang(
+    name: &str,
+    queue: &str,
+    size: u32,
+    duration_ms: Option<u64>,
+    index: &mut u64,
+) -> (PodGroup, Vec<Pod>) {
+    let mut group = PodGroup::new(ObjectKey::new("default", name), size);
+    group.queue = queue.to_string();
+    group.status.phase = PodGroupPhase::Inqueue;
+    *index += 1;
+    group.creation_index = *index;
+    let pods = (0..size)
+        .map(|i| {
+            let mut p = Pod::new(ObjectKey::new("default", format!("{name}-{i}")), gpus(1));
+            p.group = Some(name.to_string());
+            p.annotations
+                .insert(GROUP_NAME_ANNOTATION.into(), name.to_string());
+            p.sim_duration_ms = duration_ms;
+            *index += 1;
+            p.creation_index = *index;
+            p
+        })
+        .collect();
+    (group, pods)
+}
+
+fn cluster(nodes: Vec<Node>, gangs: Vec<(PodGroup, Vec<Pod>)>, queues: &[&str]) -> SimCluster {
+    let (groups, pods): (Vec<_>, Vec<_>) = gangs.into_iter().unzip();
+    SimCluster::new(
+        nodes,
+        pods.into_iter().flatten().collect(),
+        groups,
+        queues.iter().map(|q| Queue::new(*q)).collect(),
+        Vec::new(),
+    )
+}
+
+fn options(shards: u32, replicas: u64, fault: Option<TxnFault>) -> ShardOptions {
+    ShardOptions {
+        txn_fault: fault,
+        ..ShardOptions::new(
+            ShardingConfig {
+                shards,
+                ..ShardingConfig::default()
+            },
+            replicas,
+        )
+    }
+}
+
+fn run(
+    sim: &mut SimCluster,
+    ledger: &mut dyn PlacementLedger,
+    sharding: ShardOptions,
+    faults: &[&str],
+) -> RunOutcome {
+    let opts = DriverOptions {
+        faults: faults
+            .iter()
+            .map(|f| ScheduledFault::parse(f).expect("valid fault"))
+            .collect(),
+        sharding: Some(sharding),
+        max_cycles: 200,
+        ..DriverOptions::default()
+    };
+    drive_with(
+        sim,
+        &SchedulerConf::volcano_default(),
+        &opts,
+        ledger,
+        |_| {},
+    )
+}
+
+/// No violation during the run, the run settled, and the ledger ends clean: its checks
+/// hold, no reservation and no open transaction is left, every placement is bound.
+fn assert_clean(outcome: &RunOutcome, ledger: &mut dyn PlacementLedger) {
+    let report = outcome.shards.as_ref().expect("a sharded run");
+    let text = report.render();
+    assert!(
+        outcome.violations.is_empty(),
+        "{:?}\n{text}",
+        outcome.violations
+    );
+    assert!(outcome.quiescent, "did not settle\n{text}");
+    assert_eq!(report.checks_failed, 0, "{text}");
+    assert!(report.checks > 0, "{text}");
+    let state = ledger.state().expect("readable");
+    assert!(check_all(&state).is_empty(), "{:?}", check_all(&state));
+    assert!(check_no_leaked_reservation(&state).is_empty());
+    assert_eq!(state.open_txn_count(), 0, "{text}");
+    assert!(
+        state
+            .placements
+            .values()
+            .all(|p| p.state == PlacementState::Bound),
+        "{:?}",
+        state.placements
+    );
+}
+
+fn all_bound(sim: &SimCluster) -> bool {
+    sim.pods().all(|p| p.node_name.is_some())
+}
+
+/// The shard moves away from `replica` after it died, at an epoch above 1.
+fn moved_away_from(outcome: &RunOutcome, replica: u64) -> bool {
+    let report = outcome.shards.as_ref().expect("a sharded run");
+    report
+        .moves
+        .iter()
+        .any(|m| m.from == Some(replica) && m.to != replica && m.epoch > 1)
+}
+
+/// The owner of the default queue's shard at the start (assignment is deterministic).
+fn home_owner(shards: u32, replicas: u64) -> u64 {
+    let mut rt = ShardRuntime::new(options(shards, replicas, None)).expect("valid");
+    let mut sim = cluster(one_node_per_shard(shards, 1), Vec::new(), &["default"]);
+    rt.load(&sim, &mut LocalLedger::new()).expect("loads");
+    let home = rt.map().shard_of_queue("default");
+    let _ = &mut sim;
+    rt.owners()[&home].0
+}
+
+#[test]
+fn a_coordinator_killed_after_every_reservation_is_aborted_by_the_next_owner_then_placed() {
+    // Real Raft with three replicas: the coordinator's whole replica (scheduler and ledger
+    // member) goes down.
+    let mut index = 0;
+    let mut sim = cluster(
+        one_node_per_shard(3, 1),
+        vec![gang("wide", "default", 3, None, &mut index)],
+        &["default"],
+    );
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    let coordinator = home_owner(3, 3);
+    let outcome = run(
+        &mut sim,
+        &mut ledger,
+        options(3, 3, Some(TxnFault::CoordinatorAfterReservations)),
+        &[],
+    );
+    let report = outcome.shards.clone().expect("sharded");
+    let text = report.render();
+    assert!(all_bound(&sim), "{text}");
+    assert!(moved_away_from(&outcome, coordinator), "{text}");
+    assert!(
+        report.txns_aborted + report.txns_expired >= 1,
+        "the first transaction must end aborted:\n{text}\n{:?}",
+        report.txn_log
+    );
+    assert!(report.txns_committed >= 1, "{text}");
+    assert_clean(&outcome, &mut ledger);
+}
+
+#[test]
+fn a_coordinator_killed_after_the_commit_is_logged_has_its_gang_bound_by_others() {
+    let mut index = 0;
+    let mut sim = cluster(
+        one_node_per_shard(3, 1),
+        vec![gang("wide", "default", 3, None, &mut index)],
+        &["default"],
+    );
+    let mut ledger = LocalLedger::new();
+    let coordinator = home_owner(3, 3);
+    let outcome = run(
+        &mut sim,
+        &mut ledger,
+        options(3, 3, Some(TxnFault::CoordinatorAfterCommit)),
+        &[],
+    );
+    let report = outcome.shards.clone().expect("sharded");
+    let text = report.render();
+    assert!(all_bound(&sim), "{text}");
+    assert!(moved_away_from(&outcome, coordinator), "{text}");
+    assert_eq!(
+        report.txns_started, 1,
+        "committed once, never retried:\n{text}"
+    );
+    assert_eq!(report.txns_aborted, 0, "{text}");
+    assert_clean(&outcome, &mut ledger);
+}
+
+#[test]
+fn a_participant_killed_on_its_prepare_delays_the_gang_but_nothing_leaks() {
+    let mut index = 0;
+    let mut sim = cluster(
+        one_node_per_shard(3, 1),
+        vec![gang("wide", "default", 3, None, &mut index)],
+        &["default"],
+    );
+    let mut ledger = LocalLedger::new();
+    let outcome = run(
+        &mut sim,
+        &mut ledger,
+        options(3, 3, Some(TxnFault::ParticipantOnPrepare)),
+        &[],
+    );
+    let report = outcome.shards.clone().expect("sharded");
+    let text = report.render();
+    assert!(all_bound(&sim), "{text}\n{:?}", report.txn_log);
+    assert!(
+        report.replica_events.iter().any(|e| e.contains("prepare")),
+        "{text}"
+    );
+    assert!(report.moves.iter().any(|m| m.from.is_some()), "{text}");
+    assert_clean(&outcome, &mut ledger);
+}
+
+/// Two queues whose home shards are owned by different replicas.
+fn two_queues_on_two_replicas(rt: &ShardRuntime) -> (String, String) {
+    let owner = |q: &str| rt.owners()[&rt.map().shard_of_queue(q)].0;
+    let names: Vec<String> = (0..200).map(|i| format!("q{i}")).collect();
+    let a = names[0].clone();
+    let b = names
+        .iter()
+        .find(|q| owner(q) != owner(&a))
+        .expect("some queue lands on another replica")
+        .clone();
+    (a, b)
+}
+
+#[test]
+fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_no_leak() {
+    // Plans made concurrently by two replicas on the same snapshot: each gang wants the one
+    // GPU of node A and the one GPU of node B, in different shards.
+    let nodes = one_node_per_shard(2, 1);
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    let probe = cluster(nodes.clone(), Vec::new(), &["default"]);
+    rt.load(&probe, &mut LocalLedger::new()).expect("loads");
+    let (qa, qb) = two_queues_on_two_replicas(&rt);
+    let mut index = 0;
+    let mut sim = cluster(
+        nodes.clone(),
+        vec![
+            gang("ga", &qa, 2, None, &mut index),
+            gang("gb", &qb, 2, None, &mut index),
+        ],
+        &[&qa, &qb],
+    );
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    let mut ledger = LocalLedger::new();
+    rt.load(&sim, &mut ledger).expect("loads");
+    let wants = |g: &str| GangPlacement {
+        gang: ObjectKey::new("default", g),
+        placements: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Placement {
+                pod: ObjectKey::new("default", format!("{g}-{i}")),
+                node: n.name.clone(),
+                resources: gpus(1),
+            })
+            .collect(),
+    };
+    let plan = CyclePlan {
+        gangs: vec![wants("ga"), wants("gb")],
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(&mut sim, &mut ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    let performed = rt.perform(&mut sim, &mut ledger, &plan, 1, &mut outcome);
+    let text = rt.report.render();
+    assert_eq!(performed.gangs.len(), 1, "{text}\n{:?}", rt.report.txn_log);
+    assert_eq!(rt.report.txns_started, 2, "{text}");
+    assert_eq!(rt.report.txns_committed, 1, "{text}");
+    assert_eq!(rt.report.txns_aborted, 1, "{text}");
+    let winner = &performed.gangs[0].gang.name;
+    for pod in sim.pods() {
+        assert_eq!(
+            pod.node_name.is_some(),
+            pod.group.as_deref() == Some(winner.as_str()),
+            "{}",
+            pod.key
+        );
+    }
+    let state = ledger.state().expect("readable");
+    assert!(check_all(&state).is_empty());
+    assert!(check_no_leaked_reservation(&state).is_empty());
+    assert_eq!(state.open_txn_count(), 0, "no deadlock: both decided");
+    assert_eq!(rt.report.checks_failed, 0);
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[test]
+fn an_owner_paused_past_its_lease_loses_its_shard_and_its_late_writes_are_refused() {
+    // One-GPU gangs that run 2 s each, one at a time on the home shard's only node: work
+    // goes on through the pause, so the resumed owner has something to write.
+    let shards = 2;
+    let nodes: Vec<Node> = {
+        let m = map(shards);
+        let home = m.shard_of_queue("default");
+        let node = (0..)
+            .map(|i| Node::new(format!("node-{i}"), gpus(1)))
+            .find(|n| m.shard_of(n) == home)
+            .expect("a node in the home shard");
+        vec![node]
+    };
+    let mut index = 0;
+    let gangs: Vec<_> = (0..15)
+        .map(|i| gang(&format!("g{i:02}"), "default", 1, Some(2_000), &mut index))
+        .collect();
+    let mut sim = cluster(nodes, gangs, &["default"]);
+    let owner = home_owner(shards, 2);
+    let mut ledger = LocalLedger::new();
+    let pause = format!("pause:replica-{owner}@1500ms+10s");
+    let outcome = run(&mut sim, &mut ledger, options(shards, 2, None), &[&pause]);
+    let report = outcome.shards.clone().expect("sharded");
+    let text = report.render();
+    assert!(moved_away_from(&outcome, owner), "{text}");
+    assert!(
+        !report.stale_writes_refused.is_empty(),
+        "the resumed owner's late write must be refused:\n{text}"
+    );
+    assert!(
+        report
+            .stale_writes_refused
+            .iter()
+            .all(|w| w.starts_with(&format!("replica {owner}:"))),
+        "{text}"
+    );
+    // Everything still ran, one gang at a time, and finished.
+    assert!(
+        sim.pods().all(|p| p.node_name.is_some()),
+        "{text}\n{:?}",
+        outcome.pending
+    );
+    assert_clean(&outcome, &mut ledger);
+}
+
+/// Bug found wiring 2PC to the replicated ledger: the replicas' own expiry loop reads the
+/// wall clock, on which every simulated deadline is long past, so it aborted and forgot
+/// transactions mid-flight whenever it ticked (every 500 ms) and the coordinator's
+/// decision then met "unknown transaction". In simulate the runtime's leader role expires
+/// on simulated time; the wall-clock loop must leave open transactions alone. (The wait is
+/// on the wall clock because the loop under test runs on it: two of its old intervals.)
+#[test]
+fn the_replicated_ledger_of_a_simulated_run_does_not_expire_transactions_on_the_wall_clock() {
+    use phalanx_statestore::LedgerCommand;
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    let node = Node::new("n1", gpus(1));
+    let sim = cluster(vec![node], Vec::new(), &["default"]);
+    let mut rt = ShardRuntime::new(options(1, 3, None)).expect("valid");
+    rt.load(&sim, &mut ledger).expect("loads");
+    let (owner, epoch) = rt.owners()[&0];
+    let _ = owner;
+    let begin = LedgerCommand::TxnBegin {
+        txn: "0:1:1:default/g".into(),
+        shard: 0,
+        epoch,
+        participants: vec![0],
+        deadline_ms: 5_000,
+    };
+    let r = ledger.propose_raw(vec![begin]).expect("proposed");
+    assert!(r[0].refusal().is_none(), "{r:?}");
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    let state = ledger.state().expect("readable");
+    assert_eq!(state.open_txn_count(), 1, "{:?}", state.txns);
+}
