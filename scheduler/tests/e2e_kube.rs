@@ -524,6 +524,51 @@ fn check_seed_job(env: &Env) -> Check {
     ))
 }
 
+fn check_malformed_skipped(env: &Env) -> Check {
+    // minMember -3 passes the CRD's schema (an integer) but not phalanx's reading of it.
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "malformed", "namespace": env.ns},
+        "spec": {"minMember": -3},
+    }))
+    .map_err(|e| e.to_string())?;
+    let accepted = env
+        .rt
+        .block_on(env.pod_groups().create(&PostParams::default(), &obj))
+        .is_ok();
+    if accepted {
+        env.create_pod(
+            "malformed-0",
+            Some("malformed"),
+            "worker",
+            1,
+            "phalanx",
+            None,
+        )?;
+    }
+    env.create_gang("after-malformed", 2, 1)?;
+    poll(
+        DEADLINE,
+        "after-malformed: 2 pods bound beside a malformed PodGroup",
+        || {
+            let (bound, _) = env.gang_bound("after-malformed")?;
+            Ok((bound == 2).then_some(()))
+        },
+    )?;
+    let (bad_bound, _) = env.gang_bound("malformed")?;
+    if bad_bound != 0 {
+        return Err(format!(
+            "{bad_bound} pod of the malformed PodGroup was bound"
+        ));
+    }
+    Ok(if accepted {
+        "a PodGroup with minMember -3 is skipped (its pod stays pending); the next gang is bound"
+            .into()
+    } else {
+        "the API server refused minMember -3 itself; the next gang is bound".into()
+    })
+}
+
 fn check_too_big(env: &Env) -> Check {
     // 20 pods x 8 GPUs = 160 GPUs; the cluster has 16 x 8 = 128.
     env.create_gang("too-big", 20, 8)?;
@@ -724,6 +769,7 @@ fn phalanx_serve_on_the_testbed() {
             "other scheduler's pods accounted",
             check_other_scheduler(&env),
         ));
+        results.push(("malformed PodGroup skipped", check_malformed_skipped(&env)));
         results.push(("leader killed mid-run", check_failover(&env, &mut replicas)));
     }
     for r in &mut replicas {
@@ -739,15 +785,13 @@ fn phalanx_serve_on_the_testbed() {
             }
         }
     }
-    if failed > 0 {
-        let keep = std::env::temp_dir().join("phalanx-e2e-logs");
-        let _ = std::fs::remove_dir_all(&keep);
-        let _ = std::fs::create_dir_all(&keep);
-        for r in &replicas {
-            let _ = std::fs::copy(&r.log, keep.join(format!("serve-{}.log", r.id)));
-        }
-        println!("e2e: replica logs kept in {}", keep.display());
+    let keep = std::env::temp_dir().join("phalanx-e2e-logs");
+    let _ = std::fs::remove_dir_all(&keep);
+    let _ = std::fs::create_dir_all(&keep);
+    for r in &replicas {
+        let _ = std::fs::copy(&r.log, keep.join(format!("serve-{}.log", r.id)));
     }
+    println!("e2e: replica logs kept in {}", keep.display());
     // The namespace's pods go (kwok removes deleted pods); no namespace controller runs on the
     // testbed, so the namespace itself is left.
     let _ = env.rt.block_on(env.pods().delete_collection(

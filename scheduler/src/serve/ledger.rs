@@ -13,6 +13,7 @@ use phalanx_statestore::{
 };
 use tokio::runtime::Handle;
 
+use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
 use crate::ledger::{
     LedgerBackend, LedgerError, ReleaseReason, Verdict, chunks, place_gangs_at, pod_commands,
@@ -104,13 +105,14 @@ pub struct Reconciled {
 /// Brings the ledger in line with the cluster, then binds what the ledger holds for pods
 /// that are still pending:
 /// - nodes: registered (or their allocatable updated) in `shard`;
-/// - a placement whose pod is gone or finished, or is bound elsewhere, is released;
+/// - a placement whose pod is gone (the API server says 404) or finished, or is bound
+///   elsewhere, is released;
 /// - a placement whose pod is bound there is marked bound;
 /// - a placement whose pod (ours) is pending is bound now; if that fails it is released;
 /// - a pod that holds a node without a placement is entered as a bound one-pod gang.
 pub fn reconcile(
     ledger: &mut ServeLedger,
-    cluster: &mut dyn Cluster,
+    cluster: &mut KubeCluster,
     snapshot: &ClusterSnapshot,
     scheduler_name: &str,
 ) -> Result<Reconciled, LedgerError> {
@@ -151,7 +153,12 @@ pub fn reconcile(
     let mut mark = Vec::new();
     for (key, placement) in &state.placements {
         let Some(pod) = pods.get(key) else {
-            release_finished.push(key.clone());
+            // Absent from this replica's cache: gone, or created so recently that the cache
+            // has not seen it (a new owner's cache may lag the old owner's). Only the API
+            // server's 404 releases the placement; until then it keeps its capacity.
+            if cluster.pod_is_gone(&ObjectKey::parse(key)) {
+                release_finished.push(key.clone());
+            }
             continue;
         };
         if pod.is_terminated() {

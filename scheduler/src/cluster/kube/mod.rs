@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use ::kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
 use ::kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use ::kube::runtime::reflector::{self, Store};
+use ::kube::runtime::reflector::{self, ObjectRef, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -356,6 +356,18 @@ impl KubeCluster {
         Ok(())
     }
 
+    /// Whether the API server says the pod does not exist (404). Any other answer, an error
+    /// included, is "not known to be gone".
+    pub fn pod_is_gone(&self, pod: &ObjectKey) -> bool {
+        let api = self.pods_api(&pod.namespace);
+        matches!(
+            self.block_on(with_retry(&self.limiter, &self.options.retry, || {
+                api.get_opt(&pod.name)
+            })),
+            Ok(None)
+        )
+    }
+
     /// True once every cache has synced (before the first cycle, and from then on).
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
@@ -655,10 +667,10 @@ impl Cluster for KubeCluster {
 
     fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
         // The cache answers the idempotent cases without a request.
-        let cached = self.stores.pods.state().into_iter().find(|p| {
-            p.metadata.name.as_deref() == Some(pod.name.as_str())
-                && p.metadata.namespace.as_deref() == Some(pod.namespace.as_str())
-        });
+        let cached = self
+            .stores
+            .pods
+            .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
         let bound_to = cached
             .as_ref()
             .and_then(|p| p.spec.as_ref())
@@ -675,13 +687,7 @@ impl Cluster for KubeCluster {
             }
             None => {}
         }
-        if !self
-            .stores
-            .nodes
-            .state()
-            .iter()
-            .any(|n| n.metadata.name.as_deref() == Some(node))
-        {
+        if self.stores.nodes.get(&ObjectRef::new(node)).is_none() {
             return Err(ClusterError::NotFound {
                 kind: "node",
                 key: node.to_string(),
@@ -732,10 +738,14 @@ impl Cluster for KubeCluster {
     }
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
-        let is_group = self.stores.pod_groups.state().iter().any(|g| {
-            g.metadata.name.as_deref() == Some(event.object.name.as_str())
-                && g.metadata.namespace.as_deref() == Some(event.object.namespace.as_str())
-        });
+        let is_group = self
+            .stores
+            .pod_groups
+            .get(
+                &ObjectRef::new_with(&event.object.name, self.pod_group_resource.clone())
+                    .within(&event.object.namespace),
+            )
+            .is_some();
         let (api_version, kind) = if is_group {
             (format!("{VOLCANO_GROUP}/{VOLCANO_VERSION}"), "PodGroup")
         } else {
