@@ -275,3 +275,83 @@ pub fn reconcile(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{GangPlacement, Placement};
+    use crate::ledger::{LocalLedger, PlacementLedger};
+    use crate::model::{Node, Resources};
+
+    /// The in-process state machine written at a chosen epoch, as a serve replica writes.
+    struct Leased {
+        inner: LocalLedger,
+        epoch: u64,
+    }
+
+    impl LedgerBackend for Leased {
+        fn propose_all(
+            &mut self,
+            commands: Vec<LedgerCommand>,
+        ) -> Result<Vec<LedgerResponse>, LedgerError> {
+            self.inner.propose_all(commands)
+        }
+        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+            self.inner.read_state()
+        }
+        fn replica_count(&self) -> usize {
+            1
+        }
+        fn lease(&self) -> (u32, u64) {
+            (0, self.epoch)
+        }
+    }
+
+    fn gang(pod: &str) -> GangPlacement {
+        GangPlacement {
+            gang: ObjectKey::new("default", pod),
+            placements: vec![Placement {
+                pod: ObjectKey::new("default", pod),
+                node: "n1".into(),
+                resources: Resources::from_pairs([("nvidia.com/gpu", 1)]),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_deposed_owner_is_refused_as_fenced_and_the_new_owner_commits() {
+        let mut old = Leased {
+            inner: LocalLedger::new(),
+            epoch: 1,
+        };
+        let node = Node::new("n1", Resources::from_pairs([("nvidia.com/gpu", 2)]));
+        old.load(&[&node], &[]).expect("loads at epoch 1");
+        assert_eq!(
+            old.commit(&[gang("a")]).expect("commits"),
+            vec![Verdict::Accepted]
+        );
+        // Another replica takes the shard at epoch 2.
+        old.propose_all(vec![LedgerCommand::AssignShard {
+            shard: 0,
+            owner: 2,
+            epoch: 2,
+        }])
+        .expect("reassigned");
+        let refused = old.commit(&[gang("b")]).expect_err("stale epoch");
+        assert!(is_fenced(&refused), "{refused}");
+        assert!(is_fenced(
+            &old.mark_bound(&[ObjectKey::new("default", "a")])
+                .expect_err("stale epoch")
+        ));
+        let mut new = Leased {
+            inner: std::mem::take(&mut old.inner),
+            epoch: 2,
+        };
+        assert_eq!(
+            new.commit(&[gang("b")]).expect("commits"),
+            vec![Verdict::Accepted]
+        );
+        new.mark_bound(&[ObjectKey::new("default", "a")])
+            .expect("the new owner marks the old owner's placement bound");
+    }
+}
