@@ -313,17 +313,19 @@ impl Owner {
                 }
             }
         }
+        let binds: Vec<(ObjectKey, String)> = accepted
+            .iter()
+            .flat_map(|g| g.placements.iter().map(|p| (p.pod.clone(), p.node.clone())))
+            .collect();
         let mut bound = Vec::new();
         let mut failed = Vec::new();
-        for gang in &accepted {
-            for p in &gang.placements {
-                match cluster.bind(&p.pod, &p.node) {
-                    Ok(()) => bound.push(p.pod.clone()),
-                    Err(e) => {
-                        counter!(metric::BIND_FAILURES).increment(1);
-                        tracing::warn!(pod = %p.pod, node = %p.node, error = %e, "bind failed; releasing its placement");
-                        failed.push(p.pod.clone());
-                    }
+        for ((pod, node), outcome) in binds.iter().zip(cluster.bind_all(&binds)) {
+            match outcome {
+                Ok(()) => bound.push(pod.clone()),
+                Err(e) => {
+                    counter!(metric::BIND_FAILURES).increment(1);
+                    tracing::warn!(pod = %pod, node = %node, error = %e, "bind failed; releasing its placement");
+                    failed.push(pod.clone());
                 }
             }
         }

@@ -5,7 +5,7 @@
 //!            watch (kube-runtime watcher + reflector, restarted with backoff)
 //! API server ────────────────────────────────────────────▶ stores: Node, Pod (all of them),
 //!     ▲                                                    PodGroup, Queue, PriorityClass
-//!     │ token bucket (qps/burst) + bounded retries                  │ snapshot(): convert
+//!     │ token buckets (qps/burst) + bounded retries                 │ snapshot(): convert
 //!     │   pods/binding, PodGroup merge patch,                       ▼ (manifest::convert)
 //!     └── events.k8s.io/v1 Event, Eviction  ◀──────────── scheduler (Cluster trait)
 //! ```
@@ -63,13 +63,16 @@ use crate::model::{DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroupStatus, Queue, T
 /// The Volcano API group and version of PodGroup and Queue.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
 pub const VOLCANO_VERSION: &str = "v1beta1";
+/// Bind requests in flight at once.
+pub const BIND_PARALLELISM: usize = 16;
 /// `reportingController` of the Events phalanx writes.
 pub const REPORTING_CONTROLLER: &str = "phalanx.dev/scheduler";
 
 /// What the backend needs besides the connection.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {
-    /// Writes per second to the API server (0 = no limit).
+    /// Requests per second to the API server (0 = no limit), per bucket: one for binds,
+    /// evictions and their re-reads, one for PodGroup status writes and Events.
     pub qps: f64,
     /// Writes that may go at once before `qps` applies.
     pub burst: u32,
@@ -145,7 +148,11 @@ pub struct KubeCluster {
     client: ::kube::Client,
     stores: Stores,
     pod_group_resource: ApiResource,
+    /// Binds, evictions and the re-reads they need.
     limiter: Arc<TokenBucket>,
+    /// PodGroup status writes and Events: a bucket of their own, as kube-scheduler records
+    /// events through a client of its own, so reporting never delays binding.
+    report_limiter: Arc<TokenBucket>,
     options: KubeOptions,
     synced: Arc<AtomicBool>,
     watches: Vec<JoinHandle<()>>,
@@ -297,6 +304,7 @@ impl KubeCluster {
             stores,
             pod_group_resource,
             limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            report_limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
             options,
             synced: Arc::new(AtomicBool::new(false)),
             watches,
@@ -366,6 +374,76 @@ impl KubeCluster {
             })),
             Ok(None)
         )
+    }
+
+    /// The answer to a bind that the cache gives without a request: already bound here
+    /// (done), bound elsewhere (`AlreadyBound`), or the node unknown (`NotFound`).
+    fn bind_from_cache(&self, pod: &ObjectKey, node: &str) -> Option<Result<(), ClusterError>> {
+        let cached = self
+            .stores
+            .pods
+            .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
+        let bound_to = cached
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
+        match bound_to {
+            Some(b) if b == node => return Some(Ok(())),
+            Some(b) => {
+                return Some(Err(ClusterError::AlreadyBound {
+                    pod: pod.to_string(),
+                    bound_to: b,
+                    requested: node.to_string(),
+                }));
+            }
+            None => {}
+        }
+        if self.stores.nodes.get(&ObjectRef::new(node)).is_none() {
+            return Some(Err(ClusterError::NotFound {
+                kind: "node",
+                key: node.to_string(),
+            }));
+        }
+        None
+    }
+
+    fn note_bound(&self, pod: &ObjectKey, node: &str) {
+        self.overlay
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .bound
+            .insert(pod.clone(), node.to_string());
+    }
+
+    /// Binds many pods, [`BIND_PARALLELISM`] requests in flight at most (each one through
+    /// the QPS token bucket); one result per pod, in order.
+    pub fn bind_all(&mut self, binds: &[(ObjectKey, String)]) -> Vec<Result<(), ClusterError>> {
+        let mut results: Vec<Option<Result<(), ClusterError>>> = binds
+            .iter()
+            .map(|(pod, node)| self.bind_from_cache(pod, node))
+            .collect();
+        let todo: Vec<usize> = (0..binds.len()).filter(|&i| results[i].is_none()).collect();
+        let this = &*self;
+        let outcomes: Vec<(usize, Result<(), ClusterError>)> = this.block_on(
+            futures::stream::iter(todo.into_iter().map(|i| {
+                let (pod, node) = &binds[i];
+                async move { (i, this.bind_async(pod, node).await) }
+            }))
+            .buffer_unordered(BIND_PARALLELISM)
+            .collect(),
+        );
+        for (i, outcome) in outcomes {
+            if outcome.is_ok() {
+                let (pod, node) = &binds[i];
+                self.note_bound(pod, node);
+            }
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Refused("bind not attempted".into()))))
+            .collect()
     }
 
     /// True once every cache has synced (before the first cycle, and from then on).
@@ -666,39 +744,11 @@ impl Cluster for KubeCluster {
     }
 
     fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
-        // The cache answers the idempotent cases without a request.
-        let cached = self
-            .stores
-            .pods
-            .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
-        let bound_to = cached
-            .as_ref()
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty());
-        match bound_to {
-            Some(b) if b == node => return Ok(()),
-            Some(b) => {
-                return Err(ClusterError::AlreadyBound {
-                    pod: pod.to_string(),
-                    bound_to: b,
-                    requested: node.to_string(),
-                });
-            }
-            None => {}
-        }
-        if self.stores.nodes.get(&ObjectRef::new(node)).is_none() {
-            return Err(ClusterError::NotFound {
-                kind: "node",
-                key: node.to_string(),
-            });
+        if let Some(answer) = self.bind_from_cache(pod, node) {
+            return answer;
         }
         self.block_on(self.bind_async(pod, node))?;
-        self.overlay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .bound
-            .insert(pod.clone(), node.to_string());
+        self.note_bound(pod, node);
         Ok(())
     }
 
@@ -714,9 +764,11 @@ impl Cluster for KubeCluster {
         );
         let patch = Patch::Merge(status_patch(status));
         let params = PatchParams::default();
-        let written = self.block_on(with_retry(&self.limiter, &self.options.retry, || {
-            api.patch(&key.name, &params, &patch)
-        }));
+        let written = self.block_on(with_retry(
+            &self.report_limiter,
+            &self.options.retry,
+            || api.patch(&key.name, &params, &patch),
+        ));
         match written {
             Ok(obj) => {
                 self.overlay
@@ -784,9 +836,11 @@ impl Cluster for KubeCluster {
         };
         let api: Api<events::Event> = Api::namespaced(self.client.clone(), &event.object.namespace);
         let post = PostParams::default();
-        self.block_on(with_retry(&self.limiter, &self.options.retry, || {
-            api.create(&post, &body)
-        }))
+        self.block_on(with_retry(
+            &self.report_limiter,
+            &self.options.retry,
+            || api.create(&post, &body),
+        ))
         .map(|_| ())
         .map_err(|e| {
             ClusterError::Refused(format!(
