@@ -99,7 +99,10 @@ fn start_phalanx(b: &KubeBench, dir: &Path) -> Result<Vec<Replica>> {
             .args(["--period-ms", &b.period_ms.to_string()])
             .args(["--kube-qps", &b.kube_qps.to_string()])
             .args(["--kube-burst", &b.kube_burst.to_string()])
-            .env("PHALANX_LOG", "warn,openraft=error")
+            .env(
+                "PHALANX_LOG",
+                std::env::var("PHALANX_LOG").unwrap_or_else(|_| "warn,openraft=error".into()),
+            )
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .spawn()
@@ -176,12 +179,20 @@ pub fn run(b: &KubeBench) -> Result<()> {
         &PostParams::default(),
         &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
     ))?;
-    let dir = tempfile::Builder::new()
+    let temp = tempfile::Builder::new()
         .prefix("phalanx-bench-")
         .tempdir()?;
+    // PHALANX_BENCH_KEEP_LOGS=1 keeps the replicas' logs and data after the run.
+    let (dir, _temp) = if std::env::var_os("PHALANX_BENCH_KEEP_LOGS").is_some() {
+        let kept = temp.keep();
+        eprintln!("replica logs in {}", kept.display());
+        (kept, None)
+    } else {
+        (temp.path().to_path_buf(), Some(temp))
+    };
     let is_phalanx = b.scheduler == "phalanx";
     let replicas = if is_phalanx {
-        start_phalanx(b, dir.path())?
+        start_phalanx(b, &dir)?
     } else {
         Vec::new()
     };

@@ -270,6 +270,7 @@ impl Owner {
         let started = Instant::now();
         let snapshot = cluster.snapshot();
         let reconciled = reconcile(ledger, cluster, &snapshot, &self.opts.scheduler_name)?;
+        let reconciled_in = started.elapsed();
         for w in &reconciled.warnings {
             tracing::warn!("{w}");
         }
@@ -285,7 +286,9 @@ impl Owner {
         } else {
             cluster.snapshot()
         };
+        let plan_started = Instant::now();
         let (plan, session) = run_cycle(&snapshot, &self.opts.conf, &self.opts.scheduler_name);
+        let planned = plan_started.elapsed();
         let pending = session
             .state
             .jobs
@@ -301,6 +304,7 @@ impl Owner {
             }
         }
         let mut accepted = Vec::new();
+        let commit_started = Instant::now();
         if !plan.gangs.is_empty() {
             let verdicts = PlacementLedger::commit(ledger, &plan.gangs)?;
             for (gang, verdict) in plan.gangs.iter().zip(verdicts) {
@@ -313,6 +317,8 @@ impl Owner {
                 }
             }
         }
+        let committed_in = commit_started.elapsed();
+        let bind_started = Instant::now();
         let binds: Vec<(ObjectKey, String)> = accepted
             .iter()
             .flat_map(|g| g.placements.iter().map(|p| (p.pod.clone(), p.node.clone())))
@@ -329,6 +335,7 @@ impl Owner {
                 }
             }
         }
+        let bound_in = bind_started.elapsed();
         counter!(metric::PODS_BOUND).increment(bound.len() as u64);
         if !bound.is_empty() {
             PlacementLedger::mark_bound(ledger, &bound)?;
@@ -344,27 +351,34 @@ impl Owner {
             .map(|g| &g.gang)
             .filter(|k| !accepted.iter().any(|a| &a.gang == *k))
             .collect();
-        for (key, status) in &plan.status_updates {
-            if not_accepted.contains(key) {
-                continue;
-            }
-            if let Err(e) = cluster.update_pod_group_status(key, status) {
-                tracing::warn!(podgroup = %key, error = %e, "status write failed");
-            }
-        }
-        for event in plan
+        let statuses: Vec<(ObjectKey, crate::model::PodGroupStatus)> = plan
+            .status_updates
+            .iter()
+            .filter(|(key, _)| !not_accepted.contains(key))
+            .cloned()
+            .collect();
+        let events: Vec<crate::framework::Event> = plan
             .events
             .iter()
             .filter(|e| !not_accepted.contains(&e.object))
-        {
-            if let Err(e) = cluster.record_event(event) {
-                tracing::warn!(object = %event.object, error = %e, "event write failed");
-            }
+            .cloned()
+            .collect();
+        for e in cluster.report_all(&statuses, &events) {
+            tracing::warn!(error = %e, "status or event write failed");
         }
         counter!(metric::CYCLES).increment(1);
         histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
         if !bound.is_empty() {
-            tracing::info!(pods = bound.len(), gangs = accepted.len(), "bound");
+            tracing::info!(
+                pods = bound.len(),
+                gangs = accepted.len(),
+                plan_ms = planned.as_millis() as u64,
+                reconcile_ms = reconciled_in.as_millis() as u64,
+                commit_ms = committed_in.as_millis() as u64,
+                bind_ms = bound_in.as_millis() as u64,
+                cycle_ms = started.elapsed().as_millis() as u64,
+                "bound"
+            );
         }
         Ok(())
     }

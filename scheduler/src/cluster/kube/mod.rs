@@ -159,7 +159,7 @@ pub struct KubeCluster {
     converted: Mutex<Converted>,
     overlay: Mutex<Overlay>,
     /// Makes Event names unique within one nanosecond.
-    event_seq: u32,
+    event_seq: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -310,7 +310,7 @@ impl KubeCluster {
             watches,
             converted: Mutex::new(Converted::default()),
             overlay: Mutex::new(Overlay::default()),
-            event_seq: 0,
+            event_seq: std::sync::atomic::AtomicU32::new(0),
         };
         cluster.wait_synced()?;
         Ok(cluster)
@@ -564,6 +564,132 @@ impl KubeCluster {
             "binding pod {pod} to node {node}: still conflicting after {CONFLICT_REREADS} re-reads"
         )))
     }
+
+    async fn status_async(
+        &self,
+        key: &ObjectKey,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &self.pod_group_resource,
+        );
+        let patch = Patch::Merge(status_patch(status));
+        let params = PatchParams::default();
+        let written = with_retry(&self.report_limiter, &self.options.retry, || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await;
+        match written {
+            Ok(obj) => {
+                self.overlay
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .status
+                    .insert(key.clone(), (rv_number(&obj.metadata), status.clone()));
+                Ok(())
+            }
+            Err(e) if status_code(&e) == Some(404) => Err(ClusterError::NotFound {
+                kind: "podgroup",
+                key: key.to_string(),
+            }),
+            Err(e) => Err(ClusterError::Refused(format!(
+                "writing the status of PodGroup {key}: {}",
+                describe(&e)
+            ))),
+        }
+    }
+
+    async fn event_async(&self, event: &Event) -> Result<(), ClusterError> {
+        let is_group = self
+            .stores
+            .pod_groups
+            .get(
+                &ObjectRef::new_with(&event.object.name, self.pod_group_resource.clone())
+                    .within(&event.object.namespace),
+            )
+            .is_some();
+        let (api_version, kind) = if is_group {
+            (format!("{VOLCANO_GROUP}/{VOLCANO_VERSION}"), "PodGroup")
+        } else {
+            ("v1".to_string(), "Pod")
+        };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed);
+        let now = now
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(i64::from(
+                seq % 1000,
+            )))
+            .unwrap_or(now);
+        let body = events::Event {
+            metadata: ObjectMeta {
+                // `name.<hex time>` as kubectl's recorder does: generateName must itself be a
+                // valid name for Events.
+                name: Some(format!("{}.{:x}", event.object.name, now.as_nanosecond())),
+                namespace: Some(event.object.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("Scheduling".into()),
+            reason: Some(event.reason.clone()),
+            note: Some(truncate(&event.message, 1000)),
+            type_: Some(event.kind.to_string()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.options.instance.clone()),
+            regarding: Some(core::ObjectReference {
+                api_version: Some(api_version),
+                kind: Some(kind.into()),
+                name: Some(event.object.name.clone()),
+                namespace: Some(event.object.namespace.clone()),
+                ..core::ObjectReference::default()
+            }),
+            ..events::Event::default()
+        };
+        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &event.object.namespace);
+        let post = PostParams::default();
+        with_retry(&self.report_limiter, &self.options.retry, || {
+            api.create(&post, &body)
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            ClusterError::Refused(format!(
+                "recording event on {}: {}",
+                event.object,
+                describe(&e)
+            ))
+        })
+    }
+
+    /// Writes PodGroup statuses, then Events, [`BIND_PARALLELISM`] requests in flight at
+    /// most; returns the failures.
+    pub fn report_all(
+        &mut self,
+        statuses: &[(ObjectKey, PodGroupStatus)],
+        events: &[Event],
+    ) -> Vec<ClusterError> {
+        let this = &*self;
+        this.block_on(async move {
+            let mut failures: Vec<ClusterError> = futures::stream::iter(
+                statuses
+                    .iter()
+                    .map(|(key, status)| this.status_async(key, status)),
+            )
+            .buffer_unordered(BIND_PARALLELISM)
+            .filter_map(|r| async move { r.err() })
+            .collect()
+            .await;
+            failures.extend(
+                futures::stream::iter(events.iter().map(|e| this.event_async(e)))
+                    .buffer_unordered(BIND_PARALLELISM)
+                    .filter_map(|r| async move { r.err() })
+                    .collect::<Vec<_>>()
+                    .await,
+            );
+            failures
+        })
+    }
 }
 
 fn is_ready<K>(store: &Store<K>) -> bool
@@ -757,98 +883,11 @@ impl Cluster for KubeCluster {
         key: &ObjectKey,
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError> {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &key.namespace,
-            &self.pod_group_resource,
-        );
-        let patch = Patch::Merge(status_patch(status));
-        let params = PatchParams::default();
-        let written = self.block_on(with_retry(
-            &self.report_limiter,
-            &self.options.retry,
-            || api.patch(&key.name, &params, &patch),
-        ));
-        match written {
-            Ok(obj) => {
-                self.overlay
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .status
-                    .insert(key.clone(), (rv_number(&obj.metadata), status.clone()));
-                Ok(())
-            }
-            Err(e) if status_code(&e) == Some(404) => Err(ClusterError::NotFound {
-                kind: "podgroup",
-                key: key.to_string(),
-            }),
-            Err(e) => Err(ClusterError::Refused(format!(
-                "writing the status of PodGroup {key}: {}",
-                describe(&e)
-            ))),
-        }
+        self.block_on(self.status_async(key, status))
     }
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
-        let is_group = self
-            .stores
-            .pod_groups
-            .get(
-                &ObjectRef::new_with(&event.object.name, self.pod_group_resource.clone())
-                    .within(&event.object.namespace),
-            )
-            .is_some();
-        let (api_version, kind) = if is_group {
-            (format!("{VOLCANO_GROUP}/{VOLCANO_VERSION}"), "PodGroup")
-        } else {
-            ("v1".to_string(), "Pod")
-        };
-        let now = k8s_openapi::jiff::Timestamp::now();
-        self.event_seq = self.event_seq.wrapping_add(1);
-        let now = now
-            .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(i64::from(
-                self.event_seq % 1000,
-            )))
-            .unwrap_or(now);
-        let body = events::Event {
-            metadata: ObjectMeta {
-                // `name.<hex time>` as kubectl's recorder does: generateName must itself be a
-                // valid name for Events.
-                name: Some(format!("{}.{:x}", event.object.name, now.as_nanosecond())),
-                namespace: Some(event.object.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(now)),
-            action: Some("Scheduling".into()),
-            reason: Some(event.reason.clone()),
-            note: Some(truncate(&event.message, 1000)),
-            type_: Some(event.kind.to_string()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.options.instance.clone()),
-            regarding: Some(core::ObjectReference {
-                api_version: Some(api_version),
-                kind: Some(kind.into()),
-                name: Some(event.object.name.clone()),
-                namespace: Some(event.object.namespace.clone()),
-                ..core::ObjectReference::default()
-            }),
-            ..events::Event::default()
-        };
-        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &event.object.namespace);
-        let post = PostParams::default();
-        self.block_on(with_retry(
-            &self.report_limiter,
-            &self.options.retry,
-            || api.create(&post, &body),
-        ))
-        .map(|_| ())
-        .map_err(|e| {
-            ClusterError::Refused(format!(
-                "recording event on {}: {}",
-                event.object,
-                describe(&e)
-            ))
-        })
+        self.block_on(self.event_async(event))
     }
 
     fn evict(&mut self, pod: &ObjectKey, reason: &str) -> Result<(), ClusterError> {
