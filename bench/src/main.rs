@@ -4,6 +4,9 @@
 //! `cycle`: one scheduling cycle (session open, enqueue, allocate, backfill, close) over a
 //! generated cluster of N nodes × G GPUs with P pending pods in gangs of 1..64.
 
+mod kube;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -30,6 +33,42 @@ enum Command {
         kills: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// On the testbed (deploy/testbed/testbed up --nodes 500): create pods in gangs and
+    /// measure create→bound throughput and latency for `phalanx serve` (started here, 1 or
+    /// more replicas) or for a scheduler already running (`--scheduler default-scheduler`
+    /// with `testbed up --kube-scheduler`).
+    Kube {
+        #[arg(long, default_value = "/tmp/phalanx-testbed/kubeconfig")]
+        kubeconfig: PathBuf,
+        /// `phalanx`, or the schedulerName of a scheduler already running.
+        #[arg(long, default_value = "phalanx")]
+        scheduler: String,
+        #[arg(long, default_value_t = 1)]
+        replicas: u32,
+        #[arg(long, default_value_t = 5000)]
+        pods: usize,
+        /// Pods per gang (PodGroup minMember); ignored for other schedulers.
+        #[arg(long, default_value_t = 10)]
+        gang: usize,
+        /// GPUs per pod (every pod asks 1 cpu and 1 Gi besides).
+        #[arg(long, default_value_t = 0)]
+        gpus_per_pod: i64,
+        /// phalanx's API client limit (kube-scheduler's default is 50/100 too).
+        #[arg(long, default_value_t = 50.0)]
+        kube_qps: f64,
+        #[arg(long, default_value_t = 100)]
+        kube_burst: u32,
+        #[arg(long, default_value_t = 200)]
+        period_ms: u64,
+        /// The phalanx binary.
+        #[arg(long, default_value = "target/release/phalanx")]
+        phalanx: PathBuf,
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
+        /// Pod creations in flight at once.
+        #[arg(long, default_value_t = 32)]
+        create_concurrency: usize,
     },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
@@ -59,6 +98,33 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Failover { kills, seed } => failover(kills.max(1), seed),
+        Command::Kube {
+            kubeconfig,
+            scheduler,
+            replicas,
+            pods,
+            gang,
+            gpus_per_pod,
+            kube_qps,
+            kube_burst,
+            period_ms,
+            phalanx,
+            timeout_s,
+            create_concurrency,
+        } => kube::run(&kube::KubeBench {
+            kubeconfig,
+            scheduler,
+            replicas,
+            pods,
+            gang,
+            gpus_per_pod,
+            kube_qps,
+            kube_burst,
+            period_ms,
+            phalanx,
+            timeout: Duration::from_secs(timeout_s),
+            create_concurrency,
+        }),
         Command::Cycle {
             nodes,
             gpus_per_node,

@@ -18,5 +18,6 @@ pub mod ledger;
 pub mod manifest;
 pub mod model;
 pub mod plugins;
+pub mod serve;
 pub mod shard;
 pub mod simulate;

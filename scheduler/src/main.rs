@@ -33,6 +33,51 @@ enum Command {
     /// Print the CustomResourceDefinitions of PodGroup and Queue (scheduling.volcano.sh/v1beta1),
     /// generated from phalanx's types, as multi-document YAML (deploy/crds/ holds them).
     Crds,
+    /// Run one scheduler replica against a Kubernetes API server. Each replica hosts one
+    /// ledger replica; the ledger's Raft leader schedules, the others stand by.
+    Serve(Box<ServeArgs>),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Kubeconfig file; without it $KUBECONFIG, ~/.kube/config or the in-cluster service
+    /// account is used.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// This replica's ledger id (1, 2, ...).
+    #[arg(long)]
+    id: u64,
+    /// Address the ledger replica serves gRPC on.
+    #[arg(long, default_value = "127.0.0.1:7001", value_name = "HOST:PORT")]
+    listen: std::net::SocketAddr,
+    /// Every ledger replica as id=host:port, comma-separated (DNS names allowed); this one
+    /// may be left out. The lowest id forms the group.
+    #[arg(long, default_value = "", value_name = "ID=HOST:PORT,...")]
+    peers: String,
+    /// Where the ledger replica keeps its log and state (default: ./phalanx-data/ID).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Serve /healthz, /readyz and /metrics here.
+    #[arg(long, value_name = "HOST:PORT")]
+    http: Option<std::net::SocketAddr>,
+    /// Place pods whose spec.schedulerName is this.
+    #[arg(long, default_value = "phalanx")]
+    scheduler_name: String,
+    /// Time between scheduling cycles, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    period_ms: u64,
+    /// API server writes per second (binds, status, events, evictions); 0 = no limit.
+    #[arg(long, default_value_t = 50.0)]
+    kube_qps: f64,
+    /// API server writes allowed in a burst above --kube-qps.
+    #[arg(long, default_value_t = 100)]
+    kube_burst: u32,
+    /// A volcano-scheduler.conf (actions and plugin tiers); Volcano's default without it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Seconds to wait for the watch caches to sync at start.
+    #[arg(long, default_value_t = 60)]
+    sync_timeout_s: u64,
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +152,69 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Simulate(args) => simulate(*args),
         Command::Crds => crds(),
+        Command::Serve(args) => serve(*args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    use phalanx_scheduler::serve::{ServeOptions, parse_peers, run};
+    let peers = match parse_peers(&args.peers) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let conf = match &args.config {
+        None => phalanx_scheduler::manifest::default_scheduler_conf(),
+        Some(path) => {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: --config {}: {e}", path.display());
+                    return ExitCode::from(EXIT_BAD_INPUT);
+                }
+            };
+            match phalanx_scheduler::manifest::parse_scheduler_conf(&text, false) {
+                Ok((conf, warnings)) => {
+                    for w in warnings {
+                        eprintln!("warning: --config {}: {w}", path.display());
+                    }
+                    conf
+                }
+                Err(e) => {
+                    eprintln!("error: --config {}: {e}", path.display());
+                    return ExitCode::from(EXIT_BAD_INPUT);
+                }
+            }
+        }
+    };
+    let opts = ServeOptions {
+        kubeconfig: args.kubeconfig,
+        id: args.id,
+        listen: args.listen,
+        peers,
+        data_dir: args
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(format!("phalanx-data/{}", args.id))),
+        http: args.http,
+        scheduler_name: args.scheduler_name,
+        period_ms: args.period_ms,
+        kube_qps: args.kube_qps,
+        kube_burst: args.kube_burst,
+        conf,
+        sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
+    };
+    if opts.id == 0 {
+        eprintln!("error: --id 0: replica ids start at 1");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    match run(opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! trait over the API server.
 
 pub mod conformance;
+pub mod kube;
 pub mod sim;
 
 use std::sync::Arc;

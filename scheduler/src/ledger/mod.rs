@@ -120,6 +120,11 @@ pub trait LedgerBackend {
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
         self.propose_all(commands)
     }
+    /// The shard and owner epoch this backend writes with (fencing, I4). The simulator's
+    /// single owner keeps the default; `phalanx serve` writes with the epoch it took.
+    fn lease(&self) -> (u32, u64) {
+        (SINGLE_SHARD, FIRST_EPOCH)
+    }
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         Err(LedgerError::Refused(format!(
             "fault {fault} needs the replicated ledger (--replicas 2 or more)"
@@ -152,7 +157,7 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn commit(&mut self, gangs: &[GangPlacement]) -> Result<Vec<Verdict>, LedgerError> {
         let gangs: Vec<LedgerGang> = gangs.iter().map(to_ledger_gang).collect();
-        match self.propose_all(place_gangs(&gangs)) {
+        match self.propose_all(place_gangs_at(self.lease(), &gangs)) {
             Ok(responses) => verdicts(responses),
             // The leader went away mid-proposal. A linearizable read is served by a leader
             // that has committed an entry of its own term, so every entry of the old term
@@ -167,11 +172,12 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn mark_bound(&mut self, pods: &[ObjectKey]) -> Result<(), LedgerError> {
         let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
+        let (shard, epoch) = self.lease();
         propose_idempotent(
             self,
             pod_commands(&keys, |pods| LedgerCommand::MarkBound {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
+                shard,
+                epoch,
                 pods,
             }),
         )
@@ -179,11 +185,12 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) -> Result<(), LedgerError> {
         let keys: Vec<String> = pods.iter().map(ToString::to_string).collect();
+        let (shard, epoch) = self.lease();
         propose_idempotent(
             self,
             pod_commands(&keys, |pods| LedgerCommand::Release {
-                shard: SINGLE_SHARD,
-                epoch: FIRST_EPOCH,
+                shard,
+                epoch,
                 pods,
                 reason,
             }),
@@ -244,18 +251,26 @@ pub(crate) fn chunks_of_gangs(gangs: &[LedgerGang]) -> Vec<Vec<LedgerGang>> {
 
 /// `PlaceGangs` commands for `gangs`, within the per-command limit.
 fn place_gangs(gangs: &[LedgerGang]) -> Vec<LedgerCommand> {
+    place_gangs_at((SINGLE_SHARD, FIRST_EPOCH), gangs)
+}
+
+/// `PlaceGangs` commands for `gangs` written at `(shard, epoch)`.
+pub(crate) fn place_gangs_at(
+    (shard, epoch): (u32, u64),
+    gangs: &[LedgerGang],
+) -> Vec<LedgerCommand> {
     chunks(gangs, MAX_GANGS_PER_COMMAND)
         .into_iter()
         .map(|gangs| LedgerCommand::PlaceGangs {
-            shard: SINGLE_SHARD,
-            epoch: FIRST_EPOCH,
+            shard,
+            epoch,
             gangs,
         })
         .collect()
 }
 
 /// Commands naming pods, within the per-command limit.
-fn pod_commands(
+pub(crate) fn pod_commands(
     pods: &[String],
     make: impl Fn(Vec<String>) -> LedgerCommand,
 ) -> Vec<LedgerCommand> {
@@ -266,7 +281,7 @@ fn pod_commands(
 }
 
 /// One verdict per gang from `PlaceGangs` responses.
-fn verdicts(responses: Vec<LedgerResponse>) -> Result<Vec<Verdict>, LedgerError> {
+pub(crate) fn verdicts(responses: Vec<LedgerResponse>) -> Result<Vec<Verdict>, LedgerError> {
     let mut out = Vec::new();
     for r in responses {
         match r {

@@ -1,0 +1,377 @@
+//! `phalanx-bench kube`: create→bound throughput and latency on the testbed (a real
+//! kube-apiserver with kwok nodes), for `phalanx serve` (1 or more replicas, started here) or
+//! for a scheduler already running (the upstream kube-scheduler of `testbed up
+//! --kube-scheduler`, which places pods whose schedulerName is `default-scheduler`).
+//!
+//! A pod's latency runs from the moment its create request was sent to the moment the
+//! bench's own watch first shows it with a `nodeName`. Throughput is pods / (last bind −
+//! first create sent).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use kube::runtime::watcher;
+use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
+use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
+use serde_json::json;
+
+#[derive(Clone, Debug)]
+pub struct KubeBench {
+    pub kubeconfig: PathBuf,
+    /// `phalanx` (started here) or the schedulerName of a scheduler already running.
+    pub scheduler: String,
+    pub replicas: u32,
+    pub pods: usize,
+    pub gang: usize,
+    pub gpus_per_pod: i64,
+    pub kube_qps: f64,
+    pub kube_burst: u32,
+    pub period_ms: u64,
+    pub phalanx: PathBuf,
+    pub timeout: Duration,
+    pub create_concurrency: usize,
+}
+
+struct Replica(Child);
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn ready(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.starts_with("HTTP/1.1 200")
+}
+
+fn start_phalanx(b: &KubeBench, dir: &Path) -> Result<Vec<Replica>> {
+    let ids: Vec<u64> = (1..=u64::from(b.replicas.max(1))).collect();
+    let mut raft = Vec::new();
+    for _ in &ids {
+        raft.push(free_port()?);
+    }
+    let peers = ids
+        .iter()
+        .zip(&raft)
+        .map(|(id, p)| format!("{id}=127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut out = Vec::new();
+    let mut https = Vec::new();
+    for (id, port) in ids.iter().zip(&raft) {
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let log = std::fs::File::create(dir.join(format!("serve-{id}.log")))?;
+        let child = Command::new(&b.phalanx)
+            .args(["serve", "--id", &id.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--peers", &peers])
+            .arg("--data-dir")
+            .arg(dir.join(format!("data-{id}")))
+            .args(["--http", &http.to_string()])
+            .arg("--kubeconfig")
+            .arg(&b.kubeconfig)
+            .args(["--period-ms", &b.period_ms.to_string()])
+            .args(["--kube-qps", &b.kube_qps.to_string()])
+            .args(["--kube-burst", &b.kube_burst.to_string()])
+            .env(
+                "PHALANX_LOG",
+                std::env::var("PHALANX_LOG").unwrap_or_else(|_| "warn,openraft=error".into()),
+            )
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("starting {}", b.phalanx.display()))?;
+        out.push(Replica(child));
+        https.push(http);
+    }
+    let start = Instant::now();
+    while !https.iter().all(|a| ready(*a)) {
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "the phalanx replicas were not ready within 60 s (logs in {})",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(out)
+}
+
+async fn install_crds(client: &kube::Client) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [pod_group_crd()?, queue_crd()?] {
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let start = Instant::now();
+        loop {
+            let got = api.get(&name).await?;
+            let established = got
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("CRD {name} not Established after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn run(b: &KubeBench) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client = rt
+        .block_on(make_client(Some(&b.kubeconfig)))
+        .map_err(|e| anyhow!("{e}; is the testbed up? (deploy/testbed/testbed up --nodes 500)"))?;
+    rt.block_on(install_crds(&client))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let ns = format!("bench-{stamp}");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    rt.block_on(namespaces.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+    ))?;
+    let temp = tempfile::Builder::new()
+        .prefix("phalanx-bench-")
+        .tempdir()?;
+    // PHALANX_BENCH_KEEP_LOGS=1 keeps the replicas' logs and data after the run.
+    let (dir, _temp) = if std::env::var_os("PHALANX_BENCH_KEEP_LOGS").is_some() {
+        let kept = temp.keep();
+        eprintln!("replica logs in {}", kept.display());
+        (kept, None)
+    } else {
+        (temp.path().to_path_buf(), Some(temp))
+    };
+    let is_phalanx = b.scheduler == "phalanx";
+    let replicas = if is_phalanx {
+        start_phalanx(b, &dir)?
+    } else {
+        Vec::new()
+    };
+
+    // Our own watch records when each pod is first seen bound.
+    let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let watch = {
+        let bound_at = bound_at.clone();
+        let api = pods_api.clone();
+        rt.spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+            while let Ok(Some(event)) = events.try_next().await {
+                let pods = match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
+                    _ => continue,
+                };
+                let now = Instant::now();
+                let mut map = bound_at.lock().unwrap_or_else(|e| e.into_inner());
+                for p in pods {
+                    let bound = p
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_ref())
+                        .is_some_and(|n| !n.is_empty());
+                    if bound && let Some(name) = p.metadata.name {
+                        map.entry(name).or_insert(now);
+                    }
+                }
+            }
+        })
+    };
+
+    let gangs = b.pods.div_ceil(b.gang.max(1));
+    let pg_api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &volcano_resource("PodGroup", "podgroups"),
+    );
+    if is_phalanx {
+        rt.block_on(async {
+            futures::stream::iter(0..gangs)
+                .map(|g| {
+                    let api = pg_api.clone();
+                    let ns = ns.clone();
+                    let min = b.gang.min(b.pods - g * b.gang);
+                    async move {
+                        let obj: DynamicObject = serde_json::from_value(json!({
+                            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                            "metadata": {"name": format!("g{g}"), "namespace": ns},
+                            "spec": {"minMember": min},
+                        }))?;
+                        api.create(&PostParams::default(), &obj).await?;
+                        anyhow::Ok(())
+                    }
+                })
+                .buffer_unordered(b.create_concurrency.max(1))
+                .try_collect::<Vec<_>>()
+                .await
+        })?;
+    }
+    let scheduler_name = if is_phalanx {
+        "phalanx"
+    } else {
+        b.scheduler.as_str()
+    };
+    let first = Instant::now();
+    let sent: Vec<(String, Instant)> = rt.block_on(async {
+        futures::stream::iter(0..b.pods)
+            .map(|i| {
+                let api = pods_api.clone();
+                let g = i / b.gang.max(1);
+                let mut annotations = serde_json::Map::new();
+                if is_phalanx {
+                    annotations.insert(
+                        "scheduling.k8s.io/group-name".into(),
+                        json!(format!("g{g}")),
+                    );
+                }
+                let mut requests = json!({"cpu": "1", "memory": "1Gi"});
+                if b.gpus_per_pod > 0 {
+                    requests["nvidia.com/gpu"] = json!(b.gpus_per_pod.to_string());
+                }
+                let pod = json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("g{g}-p{i}"), "annotations": annotations},
+                    "spec": {"schedulerName": scheduler_name,
+                        "containers": [{"name": "main", "image": "bench:fake",
+                            "resources": {"requests": requests.clone(), "limits": requests}}]},
+                });
+                async move {
+                    let pod: Pod = serde_json::from_value(pod)?;
+                    let at = Instant::now();
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    api.create(&PostParams::default(), &pod).await?;
+                    anyhow::Ok((name, at))
+                }
+            })
+            .buffer_unordered(b.create_concurrency.max(1))
+            .try_collect()
+            .await
+    })?;
+    let created_in = first.elapsed();
+
+    let deadline = first + b.timeout;
+    loop {
+        let n = bound_at.lock().unwrap_or_else(|e| e.into_inner()).len();
+        if n >= b.pods || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    watch.abort();
+    drop(replicas);
+    let bound = bound_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut latencies: Vec<Duration> = sent
+        .iter()
+        .filter_map(|(name, at)| bound.get(name).map(|b| b.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    let last = bound.values().max().copied().unwrap_or(first);
+    let span = last.saturating_duration_since(first);
+    let rate = bound.len() as f64 / span.as_secs_f64().max(1e-9);
+    let label = if is_phalanx {
+        format!("phalanx serve ×{}", b.replicas.max(1))
+    } else {
+        format!("{} (no gang)", b.scheduler)
+    };
+    println!(
+        "| scheduler | pods | gangs | kube qps/burst | created in | bound | all bound after | pods/s | p50 | p99 | max |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {label} | {} | {} | {}/{} | {:.1} s | {} | {:.1} s | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+        b.pods,
+        if is_phalanx {
+            gangs.to_string()
+        } else {
+            "-".into()
+        },
+        b.kube_qps,
+        b.kube_burst,
+        created_in.as_secs_f64(),
+        bound.len(),
+        span.as_secs_f64(),
+        rate,
+        percentile(&latencies, 0.5).as_secs_f64(),
+        percentile(&latencies, 0.99).as_secs_f64(),
+        latencies.last().copied().unwrap_or_default().as_secs_f64(),
+    );
+
+    // Clean up: the pods go (kwok removes deleted pods), so the next run starts empty.
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    rt.block_on(pods_api.delete_collection(&force, &ListParams::default()))?;
+    if is_phalanx {
+        rt.block_on(pg_api.delete_collection(&DeleteParams::default(), &ListParams::default()))?;
+    }
+    let start = Instant::now();
+    while !rt
+        .block_on(pods_api.list(&ListParams::default().limit(1)))?
+        .items
+        .is_empty()
+    {
+        if start.elapsed() > Duration::from_secs(120) {
+            eprintln!("warning: pods of {ns} still present after 120 s");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if bound.len() < b.pods {
+        bail!(
+            "only {} of {} pods were bound within {} s",
+            bound.len(),
+            b.pods,
+            b.timeout.as_secs()
+        );
+    }
+    Ok(())
+}

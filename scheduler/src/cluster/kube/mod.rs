@@ -1,0 +1,926 @@
+//! The Kubernetes backend of the [`Cluster`] seam: watch caches of the API server's objects,
+//! and the writes a scheduler makes.
+//!
+//! ```text
+//!            watch (kube-runtime watcher + reflector, restarted with backoff)
+//! API server ────────────────────────────────────────────▶ stores: Node, Pod (all of them),
+//!     ▲                                                    PodGroup, Queue, PriorityClass
+//!     │ token buckets (qps/burst) + bounded retries                 │ snapshot(): convert
+//!     │   pods/binding, PodGroup merge patch,                       ▼ (manifest::convert)
+//!     └── events.k8s.io/v1 Event, Eviction  ◀──────────── scheduler (Cluster trait)
+//! ```
+//!
+//! - Every pod is watched: pods of other schedulers hold resources and are accounted; only
+//!   pods whose `schedulerName` is ours are placed (the framework decides that).
+//! - [`KubeCluster::connect`] returns only after every store has synced (its first list is
+//!   complete), so a cycle never sees a partial cluster (the failure of Volcano issue #5174).
+//! - PodGroup and Queue are read as `DynamicObject`s of `scheduling.volcano.sh/v1beta1` and
+//!   converted with the manifest module's Volcano types; a malformed object is skipped with a
+//!   warning (logged once per version of it) and never blocks the others.
+//! - PodGroup status: the CRD, like Volcano's, has no status subresource, so the status is
+//!   written with a JSON merge patch of the object itself (no resourceVersion: no conflict).
+//! - Bind is idempotent: a pod already bound to the requested node is Ok; to another node is
+//!   `AlreadyBound`. A 409 from the binding is resolved by re-reading the pod.
+//! - The caches lag the writes by a watch round trip. Binds and status writes made here are
+//!   overlaid on the snapshot until the cache shows them, so the next cycle neither places a
+//!   bound pod again nor re-announces a status it just wrote.
+//! - The [`Cluster`] trait is synchronous: calls block on a tokio runtime (the caller's
+//!   [`tokio::runtime::Handle`], or one the cluster owns), and must not be made from inside
+//!   that runtime's async context.
+
+mod convert;
+mod limiter;
+mod retry;
+
+pub use convert::{INQUEUE_SINCE_ANNOTATION, creation_ms, pod_group_from_dynamic, status_patch};
+pub use limiter::TokenBucket;
+pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
+use ::kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use ::kube::runtime::reflector::{self, ObjectRef, Store};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::api::scheduling::v1::PriorityClass as K8sPriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use thiserror::Error;
+use tokio::runtime::{Handle, Runtime};
+use tokio::task::JoinHandle;
+
+use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
+use crate::framework::Event;
+use crate::manifest::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
+use crate::model::{DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroupStatus, Queue, TimeMs};
+
+/// The Volcano API group and version of PodGroup and Queue.
+pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
+pub const VOLCANO_VERSION: &str = "v1beta1";
+/// Bind requests in flight at once.
+pub const BIND_PARALLELISM: usize = 16;
+/// `reportingController` of the Events phalanx writes.
+pub const REPORTING_CONTROLLER: &str = "phalanx.dev/scheduler";
+
+/// What the backend needs besides the connection.
+#[derive(Clone, Debug)]
+pub struct KubeOptions {
+    /// Requests per second to the API server (0 = no limit), per bucket: one for binds,
+    /// evictions and their re-reads, one for PodGroup status writes and Events.
+    pub qps: f64,
+    /// Writes that may go at once before `qps` applies.
+    pub burst: u32,
+    /// How long [`KubeCluster::connect`] waits for every watch cache to sync.
+    pub sync_timeout: Duration,
+    pub retry: RetryPolicy,
+    /// `reportingInstance` of Events (e.g. `phalanx-1`).
+    pub instance: String,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        Self {
+            qps: 50.0,
+            burst: 100,
+            sync_timeout: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
+            instance: "phalanx".into(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum KubeError {
+    #[error("reading kubeconfig {path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
+    #[error(
+        "no Kubernetes configuration: no --kubeconfig, $KUBECONFIG, ~/.kube/config or in-cluster service account: {0}"
+    )]
+    NoConfig(String),
+    #[error("building the Kubernetes client: {0}")]
+    Client(String),
+    #[error("starting the tokio runtime: {0}")]
+    Runtime(String),
+    #[error(
+        "the watch caches did not sync within {timeout_s} s (not synced: {not_synced}); is the API server reachable, and are the PodGroup and Queue CRDs (deploy/crds/) installed?"
+    )]
+    SyncTimeout { timeout_s: u64, not_synced: String },
+}
+
+/// The watch caches.
+#[derive(Clone)]
+struct Stores {
+    nodes: Store<core::Node>,
+    pods: Store<core::Pod>,
+    pod_groups: Store<DynamicObject>,
+    queues: Store<DynamicObject>,
+    priority_classes: Store<K8sPriorityClass>,
+}
+
+/// Converted objects by (key, resourceVersion): a snapshot converts only what changed.
+#[derive(Default)]
+struct Converted {
+    nodes: HashMap<String, (String, Arc<Node>)>,
+    pods: HashMap<String, (String, Arc<Pod>)>,
+    /// Objects already warned about, by kind/key@resourceVersion.
+    warned: HashSet<String>,
+}
+
+/// Writes not yet seen in the caches.
+#[derive(Default)]
+struct Overlay {
+    /// Pod key -> node it was bound to here.
+    bound: HashMap<ObjectKey, String>,
+    /// PodGroup key -> (resourceVersion the write returned, status written).
+    status: HashMap<ObjectKey, (u64, PodGroupStatus)>,
+}
+
+pub struct KubeCluster {
+    /// Set when the cluster owns its runtime (dropped last).
+    runtime: Option<Runtime>,
+    handle: Handle,
+    client: ::kube::Client,
+    stores: Stores,
+    pod_group_resource: ApiResource,
+    /// Binds, evictions and the re-reads they need.
+    limiter: Arc<TokenBucket>,
+    /// PodGroup status writes and Events: a bucket of their own, as kube-scheduler records
+    /// events through a client of its own, so reporting never delays binding.
+    report_limiter: Arc<TokenBucket>,
+    options: KubeOptions,
+    synced: Arc<AtomicBool>,
+    watches: Vec<JoinHandle<()>>,
+    converted: Mutex<Converted>,
+    overlay: Mutex<Overlay>,
+    /// Makes Event names unique within one nanosecond.
+    event_seq: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster")
+            .field("options", &self.options)
+            .field("synced", &self.synced.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The `ApiResource` of a Volcano kind.
+pub fn volcano_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(VOLCANO_GROUP, VOLCANO_VERSION, kind),
+        plural,
+    )
+}
+
+/// A client from `kubeconfig`, or inferred ($KUBECONFIG, ~/.kube/config, in-cluster).
+pub async fn make_client(kubeconfig: Option<&Path>) -> Result<::kube::Client, KubeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let fail = |reason: String| KubeError::Kubeconfig {
+                path: path.display().to_string(),
+                reason,
+            };
+            let kc =
+                ::kube::config::Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
+            ::kube::Config::from_custom_kubeconfig(
+                kc,
+                &::kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| fail(e.to_string()))?
+        }
+        None => ::kube::Config::infer()
+            .await
+            .map_err(|e| KubeError::NoConfig(e.to_string()))?,
+    };
+    ::kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
+}
+
+fn spawn_watch<K>(
+    handle: &Handle,
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+) -> JoinHandle<()>
+where
+    K: ::kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    spawn_stream(
+        handle,
+        kind,
+        watcher(api, watcher::Config::default()),
+        writer,
+    )
+}
+
+fn spawn_stream<K, S>(
+    handle: &Handle,
+    kind: String,
+    stream: S,
+    writer: reflector::store::Writer<K>,
+) -> JoinHandle<()>
+where
+    K: ::kube::Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    handle.spawn(async move {
+        // The default backoff restarts a failed watch (410 Gone, a dropped connection, an
+        // absent CRD) with exponential delays; the store keeps serving its last state.
+        let mut events = std::pin::pin!(stream.default_backoff().reflect(writer));
+        while let Some(event) = events.next().await {
+            if let Err(e) = event {
+                tracing::warn!(kind = %kind, error = %e, "watch failed; restarting with backoff");
+            }
+        }
+    })
+}
+
+impl KubeCluster {
+    /// Starts the watches on `handle`'s runtime and waits until every cache has synced.
+    /// Call from outside that runtime (it blocks).
+    pub fn connect(
+        handle: Handle,
+        client: ::kube::Client,
+        options: KubeOptions,
+    ) -> Result<Self, KubeError> {
+        let pod_group_resource = volcano_resource("PodGroup", "podgroups");
+        let queue_resource = volcano_resource("Queue", "queues");
+        let (nodes, w_nodes) = reflector::store::<core::Node>();
+        let (pods, w_pods) = reflector::store::<core::Pod>();
+        let (priority_classes, w_pcs) = reflector::store::<K8sPriorityClass>();
+        let w_pgs = reflector::store::Writer::<DynamicObject>::new(pod_group_resource.clone());
+        let pod_groups = w_pgs.as_reader();
+        let w_queues = reflector::store::Writer::<DynamicObject>::new(queue_resource.clone());
+        let queues = w_queues.as_reader();
+        let watches = vec![
+            spawn_watch(&handle, Api::<core::Node>::all(client.clone()), w_nodes),
+            spawn_watch(&handle, Api::<core::Pod>::all(client.clone()), w_pods),
+            spawn_watch(&handle, Api::<K8sPriorityClass>::all(client.clone()), w_pcs),
+            spawn_stream(
+                &handle,
+                "PodGroup".into(),
+                watcher(
+                    Api::<DynamicObject>::all_with(client.clone(), &pod_group_resource),
+                    watcher::Config::default(),
+                ),
+                w_pgs,
+            ),
+            spawn_stream(
+                &handle,
+                "Queue".into(),
+                watcher(
+                    Api::<DynamicObject>::all_with(client.clone(), &queue_resource),
+                    watcher::Config::default(),
+                ),
+                w_queues,
+            ),
+        ];
+        let stores = Stores {
+            nodes,
+            pods,
+            pod_groups,
+            queues,
+            priority_classes,
+        };
+        let cluster = Self {
+            runtime: None,
+            handle,
+            client,
+            stores,
+            pod_group_resource,
+            limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            report_limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            options,
+            synced: Arc::new(AtomicBool::new(false)),
+            watches,
+            converted: Mutex::new(Converted::default()),
+            overlay: Mutex::new(Overlay::default()),
+            event_seq: std::sync::atomic::AtomicU32::new(0),
+        };
+        cluster.wait_synced()?;
+        Ok(cluster)
+    }
+
+    /// Connects with a runtime of its own (for tools and tests that have none).
+    pub fn start(kubeconfig: Option<&Path>, options: KubeOptions) -> Result<Self, KubeError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| KubeError::Runtime(e.to_string()))?;
+        let client = runtime.block_on(make_client(kubeconfig))?;
+        let mut cluster = Self::connect(runtime.handle().clone(), client, options)?;
+        cluster.runtime = Some(runtime);
+        Ok(cluster)
+    }
+
+    fn wait_synced(&self) -> Result<(), KubeError> {
+        let s = self.stores.clone();
+        let timeout = self.options.sync_timeout;
+        let outcome = self.handle.block_on(async move {
+            let waits = async {
+                let _ = s.nodes.wait_until_ready().await;
+                let _ = s.pods.wait_until_ready().await;
+                let _ = s.priority_classes.wait_until_ready().await;
+                let _ = s.pod_groups.wait_until_ready().await;
+                let _ = s.queues.wait_until_ready().await;
+            };
+            tokio::time::timeout(timeout, waits).await
+        });
+        if outcome.is_err() {
+            let s = &self.stores;
+            let not_synced: Vec<&str> = [
+                ("Node", is_ready(&s.nodes)),
+                ("Pod", is_ready(&s.pods)),
+                ("PriorityClass", is_ready(&s.priority_classes)),
+                ("PodGroup", is_ready(&s.pod_groups)),
+                ("Queue", is_ready(&s.queues)),
+            ]
+            .into_iter()
+            .filter(|(_, ready)| !ready)
+            .map(|(kind, _)| kind)
+            .collect();
+            return Err(KubeError::SyncTimeout {
+                timeout_s: timeout.as_secs(),
+                not_synced: not_synced.join(", "),
+            });
+        }
+        self.synced.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the API server says the pod does not exist (404). Any other answer, an error
+    /// included, is "not known to be gone".
+    pub fn pod_is_gone(&self, pod: &ObjectKey) -> bool {
+        let api = self.pods_api(&pod.namespace);
+        matches!(
+            self.block_on(with_retry(&self.limiter, &self.options.retry, || {
+                api.get_opt(&pod.name)
+            })),
+            Ok(None)
+        )
+    }
+
+    /// The answer to a bind that the cache gives without a request: already bound here
+    /// (done), bound elsewhere (`AlreadyBound`), or the node unknown (`NotFound`).
+    fn bind_from_cache(&self, pod: &ObjectKey, node: &str) -> Option<Result<(), ClusterError>> {
+        let cached = self
+            .stores
+            .pods
+            .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
+        let bound_to = cached
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
+        match bound_to {
+            Some(b) if b == node => return Some(Ok(())),
+            Some(b) => {
+                return Some(Err(ClusterError::AlreadyBound {
+                    pod: pod.to_string(),
+                    bound_to: b,
+                    requested: node.to_string(),
+                }));
+            }
+            None => {}
+        }
+        if self.stores.nodes.get(&ObjectRef::new(node)).is_none() {
+            return Some(Err(ClusterError::NotFound {
+                kind: "node",
+                key: node.to_string(),
+            }));
+        }
+        None
+    }
+
+    fn note_bound(&self, pod: &ObjectKey, node: &str) {
+        self.overlay
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .bound
+            .insert(pod.clone(), node.to_string());
+    }
+
+    /// Binds many pods, [`BIND_PARALLELISM`] requests in flight at most (each one through
+    /// the QPS token bucket); one result per pod, in order.
+    pub fn bind_all(&mut self, binds: &[(ObjectKey, String)]) -> Vec<Result<(), ClusterError>> {
+        let mut results: Vec<Option<Result<(), ClusterError>>> = binds
+            .iter()
+            .map(|(pod, node)| self.bind_from_cache(pod, node))
+            .collect();
+        let todo: Vec<usize> = (0..binds.len()).filter(|&i| results[i].is_none()).collect();
+        let this = &*self;
+        let outcomes: Vec<(usize, Result<(), ClusterError>)> = this.block_on(
+            futures::stream::iter(todo.into_iter().map(|i| {
+                let (pod, node) = &binds[i];
+                async move { (i, this.bind_async(pod, node).await) }
+            }))
+            .buffer_unordered(BIND_PARALLELISM)
+            .collect(),
+        );
+        for (i, outcome) in outcomes {
+            if outcome.is_ok() {
+                let (pod, node) = &binds[i];
+                self.note_bound(pod, node);
+            }
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Refused("bind not attempted".into()))))
+            .collect()
+    }
+
+    /// True once every cache has synced (before the first cycle, and from then on).
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    pub fn client(&self) -> &::kube::Client {
+        &self.client
+    }
+
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Logs a warning about a malformed object once per version of it.
+    fn warn_once(&self, converted: &mut Converted, what: String, message: &str) {
+        if converted.warned.insert(what.clone()) {
+            tracing::warn!(object = %what, "{message}");
+        }
+    }
+
+    fn pod_key(meta: &ObjectMeta) -> String {
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or("")
+        )
+    }
+
+    fn now_ms() -> TimeMs {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn pods_api(&self, namespace: &str) -> Api<core::Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Blocks on the runtime: the trait is synchronous.
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.handle.block_on(f)
+    }
+
+    async fn bind_async(&self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
+        let api = self.pods_api(&pod.namespace);
+        let binding = core::Binding {
+            metadata: ObjectMeta {
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            target: core::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..core::ObjectReference::default()
+            },
+        };
+        const CONFLICT_REREADS: u32 = 3;
+        let post = PostParams::default();
+        for _ in 0..CONFLICT_REREADS {
+            let posted = with_retry(&self.limiter, &self.options.retry, || {
+                api.create_subresource::<_, serde_json::Value>(
+                    "binding", &pod.name, &post, &binding,
+                )
+            })
+            .await;
+            match posted {
+                Ok(_) => return Ok(()),
+                Err(e) if status_code(&e) == Some(404) => {
+                    return Err(ClusterError::NotFound {
+                        kind: "pod",
+                        key: pod.to_string(),
+                    });
+                }
+                // Already bound (by us before a failover, or by someone else): the pod says where.
+                Err(e) if status_code(&e) == Some(409) => {
+                    let current = with_retry(&self.limiter, &self.options.retry, || {
+                        api.get_opt(&pod.name)
+                    })
+                    .await
+                    .map_err(|e| {
+                        ClusterError::Refused(format!("re-reading pod {pod}: {}", describe(&e)))
+                    })?;
+                    let Some(current) = current else {
+                        return Err(ClusterError::NotFound {
+                            kind: "pod",
+                            key: pod.to_string(),
+                        });
+                    };
+                    match current
+                        .spec
+                        .and_then(|s| s.node_name)
+                        .filter(|n| !n.is_empty())
+                    {
+                        Some(bound) if bound == node => return Ok(()),
+                        Some(bound) => {
+                            return Err(ClusterError::AlreadyBound {
+                                pod: pod.to_string(),
+                                bound_to: bound,
+                                requested: node.to_string(),
+                            });
+                        }
+                        None => continue,
+                    }
+                }
+                Err(e) => {
+                    return Err(ClusterError::Refused(format!(
+                        "binding pod {pod} to node {node}: {}",
+                        describe(&e)
+                    )));
+                }
+            }
+        }
+        Err(ClusterError::Refused(format!(
+            "binding pod {pod} to node {node}: still conflicting after {CONFLICT_REREADS} re-reads"
+        )))
+    }
+
+    async fn status_async(
+        &self,
+        key: &ObjectKey,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &self.pod_group_resource,
+        );
+        let patch = Patch::Merge(status_patch(status));
+        let params = PatchParams::default();
+        let written = with_retry(&self.report_limiter, &self.options.retry, || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await;
+        match written {
+            Ok(obj) => {
+                self.overlay
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .status
+                    .insert(key.clone(), (rv_number(&obj.metadata), status.clone()));
+                Ok(())
+            }
+            Err(e) if status_code(&e) == Some(404) => Err(ClusterError::NotFound {
+                kind: "podgroup",
+                key: key.to_string(),
+            }),
+            Err(e) => Err(ClusterError::Refused(format!(
+                "writing the status of PodGroup {key}: {}",
+                describe(&e)
+            ))),
+        }
+    }
+
+    async fn event_async(&self, event: &Event) -> Result<(), ClusterError> {
+        let is_group = self
+            .stores
+            .pod_groups
+            .get(
+                &ObjectRef::new_with(&event.object.name, self.pod_group_resource.clone())
+                    .within(&event.object.namespace),
+            )
+            .is_some();
+        let (api_version, kind) = if is_group {
+            (format!("{VOLCANO_GROUP}/{VOLCANO_VERSION}"), "PodGroup")
+        } else {
+            ("v1".to_string(), "Pod")
+        };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed);
+        let now = now
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(i64::from(
+                seq % 1000,
+            )))
+            .unwrap_or(now);
+        let body = events::Event {
+            metadata: ObjectMeta {
+                // `name.<hex time>` as kubectl's recorder does: generateName must itself be a
+                // valid name for Events.
+                name: Some(format!("{}.{:x}", event.object.name, now.as_nanosecond())),
+                namespace: Some(event.object.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("Scheduling".into()),
+            reason: Some(event.reason.clone()),
+            note: Some(truncate(&event.message, 1000)),
+            type_: Some(event.kind.to_string()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.options.instance.clone()),
+            regarding: Some(core::ObjectReference {
+                api_version: Some(api_version),
+                kind: Some(kind.into()),
+                name: Some(event.object.name.clone()),
+                namespace: Some(event.object.namespace.clone()),
+                ..core::ObjectReference::default()
+            }),
+            ..events::Event::default()
+        };
+        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &event.object.namespace);
+        let post = PostParams::default();
+        with_retry(&self.report_limiter, &self.options.retry, || {
+            api.create(&post, &body)
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            ClusterError::Refused(format!(
+                "recording event on {}: {}",
+                event.object,
+                describe(&e)
+            ))
+        })
+    }
+
+    /// Writes PodGroup statuses, then Events, [`BIND_PARALLELISM`] requests in flight at
+    /// most; returns the failures.
+    pub fn report_all(
+        &mut self,
+        statuses: &[(ObjectKey, PodGroupStatus)],
+        events: &[Event],
+    ) -> Vec<ClusterError> {
+        let this = &*self;
+        this.block_on(async move {
+            let mut failures: Vec<ClusterError> = futures::stream::iter(
+                statuses
+                    .iter()
+                    .map(|(key, status)| this.status_async(key, status)),
+            )
+            .buffer_unordered(BIND_PARALLELISM)
+            .filter_map(|r| async move { r.err() })
+            .collect()
+            .await;
+            failures.extend(
+                futures::stream::iter(events.iter().map(|e| this.event_async(e)))
+                    .buffer_unordered(BIND_PARALLELISM)
+                    .filter_map(|r| async move { r.err() })
+                    .collect::<Vec<_>>()
+                    .await,
+            );
+            failures
+        })
+    }
+}
+
+fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: ::kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    // A store that has not synced blocks `wait_until_ready`; polling it once tells.
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some()
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        for w in &self.watches {
+            w.abort();
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn rv_number(meta: &ObjectMeta) -> u64 {
+    meta.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Cluster for KubeCluster {
+    fn snapshot(&self) -> ClusterSnapshot {
+        let mut converted = self
+            .converted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut overlay = self
+            .overlay
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = ClusterSnapshot {
+            now_ms: Self::now_ms(),
+            ..ClusterSnapshot::default()
+        };
+
+        let mut live = HashSet::new();
+        for n in self.stores.nodes.state() {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let rv = n.metadata.resource_version.clone().unwrap_or_default();
+            live.insert(name.clone());
+            if let Some((seen, node)) = converted.nodes.get(&name)
+                && *seen == rv
+            {
+                out.nodes.push(node.clone());
+                continue;
+            }
+            match node_from_k8s(&n) {
+                Ok(node) => {
+                    let node = Arc::new(node);
+                    converted.nodes.insert(name, (rv, node.clone()));
+                    out.nodes.push(node);
+                }
+                Err(e) => self.warn_once(
+                    &mut converted,
+                    format!("Node {name}@{rv}: {e}"),
+                    "skipping a node that cannot be read",
+                ),
+            }
+        }
+        converted.nodes.retain(|k, _| live.contains(k));
+        out.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+
+        let mut live = HashSet::new();
+        for p in self.stores.pods.state() {
+            let key = Self::pod_key(&p.metadata);
+            let rv = p.metadata.resource_version.clone().unwrap_or_default();
+            live.insert(key.clone());
+            let pod = match converted.pods.get(&key) {
+                Some((seen, pod)) if *seen == rv => pod.clone(),
+                _ => match pod_from_k8s(&p, "default-scheduler") {
+                    Ok(mut pod) => {
+                        pod.creation_index = creation_ms(&p.metadata);
+                        let pod = Arc::new(pod);
+                        converted
+                            .pods
+                            .insert(key.clone(), (rv.clone(), pod.clone()));
+                        pod
+                    }
+                    Err(e) => {
+                        self.warn_once(
+                            &mut converted,
+                            format!("Pod {key}@{rv}: {e}"),
+                            "skipping a pod that cannot be read",
+                        );
+                        continue;
+                    }
+                },
+            };
+            // A bind made here that the cache does not show yet.
+            match (overlay.bound.get(&pod.key), &pod.node_name) {
+                (Some(node), None) => {
+                    let mut bound = (*pod).clone();
+                    bound.node_name = Some(node.clone());
+                    out.pods.push(Arc::new(bound));
+                }
+                (Some(_), Some(_)) => {
+                    overlay.bound.remove(&pod.key);
+                    out.pods.push(pod);
+                }
+                _ => out.pods.push(pod),
+            }
+        }
+        converted.pods.retain(|k, _| live.contains(k));
+        overlay.bound.retain(|k, _| live.contains(&k.to_string()));
+        out.pods.sort_by(|a, b| a.key.cmp(&b.key));
+
+        let mut groups = BTreeMap::new();
+        for obj in self.stores.pod_groups.state() {
+            let mut warnings = Vec::new();
+            let key = Self::pod_key(&obj.metadata);
+            match pod_group_from_dynamic(&obj, &mut warnings) {
+                Ok(mut group) => {
+                    if let Some((written_rv, status)) = overlay.status.get(&group.key) {
+                        if rv_number(&obj.metadata) < *written_rv {
+                            group.status = status.clone();
+                        } else {
+                            overlay.status.remove(&group.key);
+                        }
+                    }
+                    groups.insert(group.key.clone(), group);
+                }
+                Err(e) => {
+                    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+                    self.warn_once(
+                        &mut converted,
+                        format!("PodGroup {key}@{rv}: {e}"),
+                        "skipping a PodGroup that cannot be read",
+                    );
+                }
+            }
+        }
+        out.pod_groups = groups.into_values().collect();
+
+        for obj in self.stores.queues.state() {
+            let mut warnings = Vec::new();
+            match convert::queue_from_dynamic(&obj, &mut warnings) {
+                Ok(q) => out.queues.push(q),
+                Err(e) => {
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
+                    self.warn_once(
+                        &mut converted,
+                        format!("Queue {name}@{rv}: {e}"),
+                        "skipping a Queue that cannot be read",
+                    );
+                }
+            }
+        }
+        out.queues.sort_by(|a, b| a.name.cmp(&b.name));
+        // Volcano creates the `default` queue; without Volcano it is implicit, as in scenarios.
+        if !out.queues.iter().any(|q| q.name == DEFAULT_QUEUE) {
+            out.queues.insert(0, Queue::new(DEFAULT_QUEUE));
+        }
+
+        for pc in self.stores.priority_classes.state() {
+            match priority_class_from_k8s(&pc) {
+                Ok(p) => out.priority_classes.push(p),
+                Err(e) => {
+                    let name = pc.metadata.name.clone().unwrap_or_default();
+                    self.warn_once(
+                        &mut converted,
+                        format!("PriorityClass {name}: {e}"),
+                        "skipping a PriorityClass that cannot be read",
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
+        if let Some(answer) = self.bind_from_cache(pod, node) {
+            return answer;
+        }
+        self.block_on(self.bind_async(pod, node))?;
+        self.note_bound(pod, node);
+        Ok(())
+    }
+
+    fn update_pod_group_status(
+        &mut self,
+        key: &ObjectKey,
+        status: &PodGroupStatus,
+    ) -> Result<(), ClusterError> {
+        self.block_on(self.status_async(key, status))
+    }
+
+    fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
+        self.block_on(self.event_async(event))
+    }
+
+    fn evict(&mut self, pod: &ObjectKey, reason: &str) -> Result<(), ClusterError> {
+        let api = self.pods_api(&pod.namespace);
+        let params = EvictParams::default();
+        let evicted = self.block_on(with_retry(&self.limiter, &self.options.retry, || {
+            api.evict(&pod.name, &params)
+        }));
+        match evicted {
+            Ok(_) => {
+                tracing::info!(pod = %pod, reason, "evicted");
+                Ok(())
+            }
+            Err(e) if status_code(&e) == Some(404) => Err(ClusterError::NotFound {
+                kind: "pod",
+                key: pod.to_string(),
+            }),
+            Err(e) => Err(ClusterError::Refused(format!(
+                "evicting pod {pod}: {}",
+                describe(&e)
+            ))),
+        }
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary (the Events API limits `note`).
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}

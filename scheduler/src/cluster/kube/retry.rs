@@ -1,0 +1,81 @@
+//! Bounded retries of API requests: throttling (429), server errors (5xx), timeouts and
+//! broken connections are retried with exponential backoff; everything else (404, 409, 422,
+//! 403, ...) is returned at once for the caller to interpret.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::limiter::TokenBucket;
+
+/// How a request is retried.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all (at least 1).
+    pub max_attempts: u32,
+    /// Pause after the first failed attempt; doubles each time up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 6,
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The HTTP status of an API error, if it is one.
+pub fn status_code(e: &::kube::Error) -> Option<u16> {
+    match e {
+        ::kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// A short description: the API server's message and code, not the whole Status.
+pub fn describe(e: &::kube::Error) -> String {
+    match e {
+        ::kube::Error::Api(status) => format!("{} (HTTP {})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// Whether trying again later may succeed.
+pub fn is_transient(e: &::kube::Error) -> bool {
+    match e {
+        ::kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        ::kube::Error::HyperError(_) | ::kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs `op` until it succeeds, fails for good, or the attempts run out; each attempt first
+/// takes a token from `limiter`.
+pub async fn with_retry<T, F, Fut>(
+    limiter: &TokenBucket,
+    policy: &RetryPolicy,
+    mut op: F,
+) -> Result<T, ::kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ::kube::Error>>,
+{
+    let mut pause = policy.backoff;
+    let mut attempt = 1;
+    loop {
+        limiter.acquire().await;
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if is_transient(&e) && attempt < policy.max_attempts.max(1) => {
+                tracing::debug!(attempt, error = %e, "transient API error; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(policy.max_backoff);
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

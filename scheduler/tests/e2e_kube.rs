@@ -1,0 +1,806 @@
+//! End to end on the testbed: a real kube-apiserver with 16 kwok GPU nodes (8 GPUs each),
+//! three `phalanx serve` processes on loopback, and the checks of issue 6.
+//!
+//! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` brings the testbed
+//! up and runs
+//!
+//! ```text
+//! deploy/testbed/testbed up --nodes 16
+//! cargo test -p phalanx-scheduler --test e2e_kube -- --ignored --nocapture
+//! ```
+//!
+//! Without a running testbed the test fails and says how to start one. It prints one line per
+//! check and a summary `e2e: N passed, M failed`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use phalanx_scheduler::cluster::kube::{KubeCluster, KubeOptions, make_client, volcano_resource};
+use serde_json::{Value, json};
+
+const GPU: &str = "nvidia.com/gpu";
+const GPUS_PER_NODE: i64 = 8;
+const DEADLINE: Duration = Duration::from_secs(90);
+
+type Check = Result<String, String>;
+
+fn kubeconfig() -> PathBuf {
+    std::env::var_os("PHALANX_E2E_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/phalanx-testbed/kubeconfig"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// Polls `f` until it returns Some, or fails after `deadline` with `what`.
+fn poll<T>(
+    deadline: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Result<Option<T>, String>,
+) -> Result<T, String> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = e,
+        }
+        if start.elapsed() > deadline {
+            return Err(format!(
+                "{what}: not after {}s{}",
+                deadline.as_secs(),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (last error: {last})")
+                }
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// GET over plain HTTP; (status code, body).
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad response {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
+    Ok((code, body))
+}
+
+/// One `phalanx serve` process.
+struct Replica {
+    id: u64,
+    http: SocketAddr,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn is_leader(&self) -> bool {
+        http_get(self.http, "/metrics")
+            .map(|(_, body)| body.lines().any(|l| l.trim() == "phalanx_is_leader 1"))
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    ns: String,
+}
+
+impl Env {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn pod_groups(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &volcano_resource("PodGroup", "podgroups"),
+        )
+    }
+
+    fn create_pod_group(&self, name: &str, min_member: u32) -> Result<(), String> {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"minMember": min_member, "queue": "default"},
+        }))
+        .map_err(|e| e.to_string())?;
+        self.rt
+            .block_on(self.pod_groups().create(&PostParams::default(), &obj))
+            .map(|_| ())
+            .map_err(|e| format!("creating PodGroup {name}: {e}"))
+    }
+
+    /// A pod of `group` (or none) asking for `gpus`; `node` binds it at creation (another
+    /// scheduler's way).
+    fn create_pod(
+        &self,
+        name: &str,
+        group: Option<&str>,
+        task: &str,
+        gpus: i64,
+        scheduler: &str,
+        node: Option<&str>,
+    ) -> Result<(), String> {
+        let mut annotations = serde_json::Map::new();
+        if let Some(g) = group {
+            annotations.insert("scheduling.k8s.io/group-name".into(), json!(g));
+            annotations.insert("volcano.sh/task-spec".into(), json!(task));
+        }
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "image": "phalanx-e2e:fake",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: gpus.to_string()},
+                              "limits": {GPU: gpus.to_string()}}}],
+        });
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.ns, "annotations": annotations},
+            "spec": spec,
+        }))
+        .map_err(|e| e.to_string())?;
+        self.rt
+            .block_on(self.pods().create(&PostParams::default(), &pod))
+            .map(|_| ())
+            .map_err(|e| format!("creating pod {name}: {e}"))
+    }
+
+    /// A gang: a PodGroup and `count` pods of `gpus` each, scheduled by phalanx.
+    fn create_gang(&self, name: &str, count: u32, gpus: i64) -> Result<(), String> {
+        self.create_pod_group(name, count)?;
+        for i in 0..count {
+            self.create_pod(
+                &format!("{name}-{i}"),
+                Some(name),
+                "worker",
+                gpus,
+                "phalanx",
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn all_pods(&self) -> Result<Vec<Pod>, String> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        self.rt
+            .block_on(all.list(&ListParams::default()))
+            .map(|l| l.items)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Pods of `group` in the test namespace: (bound, total).
+    fn gang_bound(&self, group: &str) -> Result<(usize, usize), String> {
+        let pods = self.all_pods()?;
+        let mine: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(&self.ns))
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("scheduling.k8s.io/group-name"))
+                    .map(String::as_str)
+                    == Some(group)
+            })
+            .collect();
+        let bound = mine.iter().filter(|p| node_of(p).is_some()).count();
+        Ok((bound, mine.len()))
+    }
+
+    /// GPUs used per node by pods that hold it (any namespace, any scheduler).
+    fn gpu_use(&self) -> Result<BTreeMap<String, i64>, String> {
+        let mut out = BTreeMap::new();
+        for p in self.all_pods()? {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if phase == "Succeeded" || phase == "Failed" {
+                continue;
+            }
+            if let Some(node) = node_of(&p) {
+                *out.entry(node).or_insert(0) += gpus_of(&p);
+            }
+        }
+        Ok(out)
+    }
+
+    fn no_overcommit(&self) -> Result<(), String> {
+        let over: Vec<String> = self
+            .gpu_use()?
+            .into_iter()
+            .filter(|(_, used)| *used > GPUS_PER_NODE)
+            .map(|(n, used)| format!("{n}: {used} GPUs of {GPUS_PER_NODE}"))
+            .collect();
+        if over.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("nodes over their GPUs: {}", over.join(", ")))
+        }
+    }
+
+    fn pod_group(&self, name: &str) -> Result<Value, String> {
+        self.rt
+            .block_on(self.pod_groups().get(name))
+            .map(|o| o.data)
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+fn gpus_of(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get(GPU)?
+                .0
+                .parse::<i64>()
+                .ok()
+        })
+        .sum()
+}
+
+fn install_crds(env: &Env) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    for f in ["podgroups", "queues"] {
+        let path = repo_root().join(format!("deploy/crds/{f}.yaml"));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        match env.rt.block_on(api.create(&PostParams::default(), &crd)) {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(format!("installing {}: {e}", path.display())),
+        }
+        let name = format!("{f}.scheduling.volcano.sh");
+        poll(
+            Duration::from_secs(30),
+            &format!("CRD {name} Established"),
+            || {
+                let crd = env.rt.block_on(api.get(&name)).map_err(|e| e.to_string())?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The Cluster conformance suite against KubeCluster, on an unschedulable node `n1` and
+/// objects in namespace `default` that it (re)creates, then removes.
+fn conformance(env: &Env) -> Check {
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let groups: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        "default",
+        &volcano_resource("PodGroup", "podgroups"),
+    );
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let cleanup = || {
+        for p in ["a", "b"] {
+            let _ = env.rt.block_on(pods.delete(p, &force));
+        }
+        let _ = env
+            .rt
+            .block_on(groups.delete("g", &DeleteParams::default()));
+        let _ = poll(Duration::from_secs(30), "conformance objects gone", || {
+            let left = ["a", "b"]
+                .iter()
+                .filter(|p| env.rt.block_on(pods.get_opt(p)).ok().flatten().is_some())
+                .count()
+                + usize::from(
+                    env.rt
+                        .block_on(groups.get_opt("g"))
+                        .ok()
+                        .flatten()
+                        .is_some(),
+                );
+            Ok((left == 0).then_some(()))
+        });
+    };
+    let make = || {
+        cleanup();
+        if env
+            .rt
+            .block_on(nodes.get_opt("n1"))
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1", "labels": {"type": "kwok"},
+                             "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                "spec": {"unschedulable": true},
+                "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "2"},
+                           "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "2"}},
+            }))
+            .expect("a node");
+            env.rt
+                .block_on(nodes.create(&PostParams::default(), &node))
+                .expect("node n1 is created");
+        }
+        let ns_env = Env {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime"),
+            client: env.client.clone(),
+            ns: "default".into(),
+        };
+        ns_env.create_pod_group("g", 2).expect("PodGroup g");
+        for p in ["a", "b"] {
+            ns_env
+                .create_pod(p, Some("g"), "worker", 1, "phalanx-conformance", None)
+                .expect("pod");
+        }
+        drop(ns_env);
+        KubeCluster::start(Some(&kubeconfig()), KubeOptions::default())
+            .expect("KubeCluster connects")
+    };
+    let failures = phalanx_scheduler::cluster::conformance::check(make);
+    cleanup();
+    let _ = env
+        .rt
+        .block_on(nodes.delete("n1", &DeleteParams::default()));
+    if failures.is_empty() {
+        Ok("KubeCluster passes cluster::conformance::check".into())
+    } else {
+        Err(format!("KubeCluster fails conformance: {failures:#?}"))
+    }
+}
+
+fn start_replicas(dir: &Path) -> Vec<Replica> {
+    let ids = [1u64, 2, 3];
+    let raft: Vec<u16> = ids.iter().map(|_| free_port()).collect();
+    let peers = ids
+        .iter()
+        .zip(&raft)
+        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    ids.iter()
+        .zip(&raft)
+        .map(|(id, port)| {
+            let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let log = dir.join(format!("serve-{id}.log"));
+            let out = std::fs::File::create(&log).expect("log file");
+            let err = out.try_clone().expect("log file");
+            let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+                .args(["serve", "--id", &id.to_string()])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--peers", &peers])
+                .arg("--data-dir")
+                .arg(dir.join(format!("data-{id}")))
+                .args(["--http", &http.to_string()])
+                .arg("--kubeconfig")
+                .arg(kubeconfig())
+                .args(["--period-ms", "500"])
+                .env("PHALANX_LOG", "info,openraft=error")
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .spawn()
+                .expect("phalanx serve starts");
+            Replica {
+                id: *id,
+                http,
+                child: Some(child),
+                log,
+            }
+        })
+        .collect()
+}
+
+fn check_seed_job(env: &Env) -> Check {
+    env.create_pod_group("tf-mnist-job", 11)?;
+    env.create_pod(
+        "tf-mnist-job-ps-0",
+        Some("tf-mnist-job"),
+        "ps",
+        1,
+        "phalanx",
+        None,
+    )?;
+    for i in 0..10 {
+        env.create_pod(
+            &format!("tf-mnist-job-worker-{i}"),
+            Some("tf-mnist-job"),
+            "worker",
+            1,
+            "phalanx",
+            None,
+        )?;
+    }
+    let mut partial_seen = 0;
+    poll(DEADLINE, "tf-mnist-job: 11 pods bound", || {
+        let (bound, total) = env.gang_bound("tf-mnist-job")?;
+        if bound > 0 && bound < 11 {
+            partial_seen += 1;
+        }
+        Ok((bound == 11 && total == 11).then_some(()))
+    })?;
+    env.no_overcommit()?;
+    let phase = poll(DEADLINE, "tf-mnist-job: PodGroup phase Running", || {
+        let pg = env.pod_group("tf-mnist-job")?;
+        let phase = pg["status"]["phase"].as_str().unwrap_or("").to_string();
+        Ok((phase == "Running").then_some(phase))
+    })?;
+    // A gang is bound in one round: at most a round's worth of polls sees it partial.
+    if partial_seen > 4 {
+        return Err(format!(
+            "tf-mnist-job was seen partly bound {partial_seen} times"
+        ));
+    }
+    Ok(format!(
+        "tf-mnist-job: 11 of 11 pods bound, no node over {GPUS_PER_NODE} GPUs, PodGroup {phase}"
+    ))
+}
+
+fn check_malformed_skipped(env: &Env) -> Check {
+    // minMember -3 passes the CRD's schema (an integer) but not phalanx's reading of it.
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "malformed", "namespace": env.ns},
+        "spec": {"minMember": -3},
+    }))
+    .map_err(|e| e.to_string())?;
+    let accepted = env
+        .rt
+        .block_on(env.pod_groups().create(&PostParams::default(), &obj))
+        .is_ok();
+    if accepted {
+        env.create_pod(
+            "malformed-0",
+            Some("malformed"),
+            "worker",
+            1,
+            "phalanx",
+            None,
+        )?;
+    }
+    env.create_gang("after-malformed", 2, 1)?;
+    poll(
+        DEADLINE,
+        "after-malformed: 2 pods bound beside a malformed PodGroup",
+        || {
+            let (bound, _) = env.gang_bound("after-malformed")?;
+            Ok((bound == 2).then_some(()))
+        },
+    )?;
+    let (bad_bound, _) = env.gang_bound("malformed")?;
+    if bad_bound != 0 {
+        return Err(format!(
+            "{bad_bound} pod of the malformed PodGroup was bound"
+        ));
+    }
+    Ok(if accepted {
+        "a PodGroup with minMember -3 is skipped (its pod stays pending); the next gang is bound"
+            .into()
+    } else {
+        "the API server refused minMember -3 itself; the next gang is bound".into()
+    })
+}
+
+fn check_too_big(env: &Env) -> Check {
+    // 20 pods x 8 GPUs = 160 GPUs; the cluster has 16 x 8 = 128.
+    env.create_gang("too-big", 20, 8)?;
+    let message = poll(DEADLINE, "too-big: Unschedulable condition", || {
+        let pg = env.pod_group("too-big")?;
+        let found = pg["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Unschedulable" && c["status"] == "True")
+            .and_then(|c| c["message"].as_str().map(str::to_string));
+        Ok(found)
+    })?;
+    if !message.chars().any(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "the Unschedulable message gives no numbers: {message:?}"
+        ));
+    }
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let note = poll(DEADLINE, "too-big: a Warning Event", || {
+        let list = env
+            .rt
+            .block_on(events.list(&ListParams::default()))
+            .map_err(|e| e.to_string())?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("too-big"))
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .find_map(|e| e.note.filter(|n| n.chars().any(|c| c.is_ascii_digit()))))
+    })?;
+    let (bound, total) = env.gang_bound("too-big")?;
+    if bound != 0 || total != 20 {
+        return Err(format!(
+            "too-big has {bound} of {total} pods bound; want 0 of 20"
+        ));
+    }
+    Ok(format!(
+        "too-big: 0 of 20 bound; condition: {message:?}; event: {note:?}"
+    ))
+}
+
+fn check_other_scheduler(env: &Env) -> Check {
+    // Fill four idle nodes completely with another scheduler's pods (bound directly).
+    let used = env.gpu_use()?;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let idle: Vec<String> = env
+        .rt
+        .block_on(nodes.list(&ListParams::default().labels("type=kwok")))
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .filter(|n| n.starts_with("gpu-node-") && used.get(n).copied().unwrap_or(0) == 0)
+        .take(4)
+        .collect();
+    if idle.len() < 4 {
+        return Err(format!("only {} idle nodes to fill", idle.len()));
+    }
+    for (i, n) in idle.iter().enumerate() {
+        env.create_pod(
+            &format!("other-{i}"),
+            None,
+            "",
+            GPUS_PER_NODE,
+            "other-scheduler",
+            Some(n),
+        )?;
+    }
+    // Then a gang of 4 x 4 GPUs. The default node order spreads pods (leastrequested), so
+    // a scheduler blind to the other pods would pick the filled nodes (8 "free") first.
+    env.create_gang("beside-others", 4, 4)?;
+    poll(DEADLINE, "beside-others: 4 pods bound", || {
+        let (bound, _) = env.gang_bound("beside-others")?;
+        Ok((bound == 4).then_some(()))
+    })?;
+    env.no_overcommit()?;
+    let pods = env.all_pods()?;
+    let on_filled: Vec<String> = pods
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some("phalanx"))
+        .filter_map(|p| node_of(p).filter(|n| idle.contains(n)))
+        .collect();
+    if !on_filled.is_empty() {
+        return Err(format!("phalanx placed pods on full nodes: {on_filled:?}"));
+    }
+    Ok(format!(
+        "4 nodes filled by another scheduler ({}); a 4 x 4-GPU gang bound elsewhere, no overcommit",
+        idle.join(", ")
+    ))
+}
+
+fn check_failover(env: &Env, replicas: &mut [Replica]) -> Check {
+    let leader = poll(DEADLINE, "a leader among the replicas", || {
+        Ok(replicas.iter().position(|r| r.alive() && r.is_leader()))
+    })?;
+    env.create_gang("before-kill", 4, 2)?;
+    let killed = replicas[leader].id;
+    replicas[leader].kill();
+    let t = Instant::now();
+    env.create_gang("after-kill", 4, 2)?;
+    for g in ["before-kill", "after-kill"] {
+        poll(
+            DEADLINE,
+            &format!("{g}: 4 pods bound after the leader was killed"),
+            || {
+                let (bound, _) = env.gang_bound(g)?;
+                Ok((bound == 4).then_some(()))
+            },
+        )?;
+    }
+    let took = t.elapsed();
+    let new_leader = poll(DEADLINE, "a new leader", || {
+        Ok(replicas
+            .iter()
+            .find(|r| r.alive() && r.is_leader())
+            .map(|r| r.id))
+    })?;
+    env.no_overcommit()?;
+    // No gang half-bound: every gang of the test has 0 or all of its pods bound.
+    for g in [
+        "tf-mnist-job",
+        "too-big",
+        "beside-others",
+        "before-kill",
+        "after-kill",
+    ] {
+        let (bound, total) = env.gang_bound(g)?;
+        if bound != 0 && bound != total {
+            return Err(format!("{g} is half-bound: {bound} of {total}"));
+        }
+    }
+    Ok(format!(
+        "leader replica {killed} SIGKILLed; replica {new_leader} leads; both gangs bound {:.1}s after the kill; no overcommit, no half-bound gang",
+        took.as_secs_f64()
+    ))
+}
+
+#[test]
+#[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16); .ci/run runs it with --ignored"]
+fn phalanx_serve_on_the_testbed() {
+    let kc = kubeconfig();
+    assert!(
+        kc.exists(),
+        "e2e: no testbed: {} does not exist. Start one with `deploy/testbed/testbed up --nodes 16` \
+         (it needs Go to build kube-apiserver, etcd and kwok: `deploy/testbed/testbed build`)",
+        kc.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let client = rt
+        .block_on(make_client(Some(&kc)))
+        .unwrap_or_else(|e| panic!("e2e: cannot use the testbed's kubeconfig: {e}"));
+    rt.block_on(client.apiserver_version()).unwrap_or_else(|e| {
+        panic!(
+            "e2e: the testbed's API server does not answer ({e}); is it up? `deploy/testbed/testbed status`"
+        )
+    });
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let env = Env {
+        rt,
+        client,
+        ns: format!("e2e-{stamp}"),
+    };
+    install_crds(&env).unwrap_or_else(|e| panic!("e2e: {e}"));
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
+    env.rt
+        .block_on(namespaces.create(&PostParams::default(), &ns))
+        .unwrap_or_else(|e| panic!("e2e: creating namespace {}: {e}", env.ns));
+
+    let mut results: Vec<(&str, Check)> = vec![("conformance", conformance(&env))];
+
+    let dir = tempfile::Builder::new()
+        .prefix("phalanx-e2e-")
+        .tempdir()
+        .expect("a temporary directory");
+    let mut replicas = start_replicas(dir.path());
+    let ready = poll(DEADLINE, "3 replicas ready (/readyz)", || {
+        let ready = replicas
+            .iter()
+            .filter(|r| matches!(http_get(r.http, "/readyz"), Ok((200, _))))
+            .count();
+        Ok((ready == 3).then_some(()))
+    });
+    if let Err(e) = ready {
+        results.push(("replicas ready", Err(e)));
+    } else {
+        results.push(("seed job placed whole", check_seed_job(&env)));
+        results.push(("gang that cannot fit", check_too_big(&env)));
+        results.push((
+            "other scheduler's pods accounted",
+            check_other_scheduler(&env),
+        ));
+        results.push(("malformed PodGroup skipped", check_malformed_skipped(&env)));
+        results.push(("leader killed mid-run", check_failover(&env, &mut replicas)));
+    }
+    for r in &mut replicas {
+        r.kill();
+    }
+    let mut failed = 0;
+    for (name, r) in &results {
+        match r {
+            Ok(detail) => println!("e2e: ok   {name}: {detail}"),
+            Err(why) => {
+                failed += 1;
+                println!("e2e: FAIL {name}: {why}");
+            }
+        }
+    }
+    let keep = std::env::temp_dir().join("phalanx-e2e-logs");
+    let _ = std::fs::remove_dir_all(&keep);
+    let _ = std::fs::create_dir_all(&keep);
+    for r in &replicas {
+        let _ = std::fs::copy(&r.log, keep.join(format!("serve-{}.log", r.id)));
+    }
+    println!("e2e: replica logs kept in {}", keep.display());
+    // The namespace's pods go (kwok removes deleted pods); no namespace controller runs on the
+    // testbed, so the namespace itself is left.
+    let _ = env.rt.block_on(env.pods().delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+        &ListParams::default(),
+    ));
+    println!("e2e: {} passed, {failed} failed", results.len() - failed);
+    assert_eq!(failed, 0, "e2e checks failed (see the lines above)");
+}
