@@ -78,6 +78,10 @@ struct ServeArgs {
     /// Seconds to wait for the watch caches to sync at start.
     #[arg(long, default_value_t = 60)]
     sync_timeout_s: u64,
+    /// Create the PodGroup and Queue CRDs (as `phalanx crds` prints them) where they are
+    /// absent; existing ones (phalanx's or Volcano's) are left as they are.
+    #[arg(long)]
+    install_crds: bool,
 }
 
 #[derive(Args, Debug)]
@@ -204,6 +208,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         kube_burst: args.kube_burst,
         conf,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
+        install_crds: args.install_crds,
     };
     if opts.id == 0 {
         eprintln!("error: --id 0: replica ids start at 1");

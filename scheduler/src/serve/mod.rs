@@ -37,7 +37,7 @@ use metrics::{counter, gauge, histogram};
 use phalanx_statestore::{LedgerClient, LedgerCommand, ReplicaConfig, start_replica_with};
 use thiserror::Error;
 
-use crate::cluster::kube::{KubeCluster, KubeOptions, make_client};
+use crate::cluster::kube::{KubeCluster, KubeOptions, install_crds, make_client};
 use crate::cluster::{Cluster, ClusterSnapshot};
 use crate::framework::{SchedulerConf, run_cycle};
 use crate::ledger::{LedgerError, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict};
@@ -62,6 +62,8 @@ pub struct ServeOptions {
     pub conf: SchedulerConf,
     /// How long to wait for the watch caches to sync at start.
     pub sync_timeout: Duration,
+    /// Create the PodGroup and Queue CRDs where absent before watching.
+    pub install_crds: bool,
 }
 
 #[derive(Debug, Error)]
@@ -164,6 +166,9 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(id = opts.id, listen = %opts.listen, ?peers, "ledger replica started");
 
     let kube_client = runtime.block_on(make_client(opts.kubeconfig.as_deref()))?;
+    if opts.install_crds {
+        runtime.block_on(install_crds(&kube_client, opts.sync_timeout))?;
+    }
     let mut cluster = KubeCluster::connect(
         handle.clone(),
         kube_client,

@@ -27,6 +27,11 @@ impl TokenBucket {
     /// Takes one token, returning how long to wait before using it (zero when one was
     /// available). Tokens may go negative: waiters queue behind each other fairly.
     pub fn reserve(&self) -> Duration {
+        self.reserve_at(Instant::now())
+    }
+
+    /// [`TokenBucket::reserve`] as of `now` (the seam the tests use).
+    fn reserve_at(&self, now: Instant) -> Duration {
         if self.qps <= 0.0 {
             return Duration::ZERO;
         }
@@ -34,8 +39,8 @@ impl TokenBucket {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
         let (tokens, last) = *state;
+        let now = now.max(last);
         let refilled = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
         let left = refilled - 1.0;
         *state = (left, now);

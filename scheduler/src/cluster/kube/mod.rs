@@ -203,6 +203,48 @@ pub async fn make_client(kubeconfig: Option<&Path>) -> Result<::kube::Client, Ku
     ::kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
 }
 
+/// Creates the PodGroup and Queue CRDs (`phalanx crds`) where they are absent (an existing
+/// one, ours or Volcano's, is left as it is) and waits until they are Established.
+pub async fn install_crds(client: &::kube::Client, timeout: Duration) -> Result<(), KubeError> {
+    use crate::manifest::volcano::crd::{pod_group_crd, queue_crd};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let fail = |e: String| KubeError::Client(format!("installing the CRDs: {e}"));
+    for crd in [pod_group_crd(), queue_crd()] {
+        let crd = crd.map_err(|e| fail(e.to_string()))?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => tracing::info!(crd = %name, "created"),
+            Err(e) if status_code(&e) == Some(409) => {}
+            Err(e) => return Err(fail(format!("{name}: {}", describe(&e)))),
+        }
+        let established = async {
+            loop {
+                let got = api.get(&name).await.map_err(|e| fail(describe(&e)))?;
+                if got
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                {
+                    return Ok::<(), KubeError>(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::time::timeout(timeout, established)
+            .await
+            .map_err(|_| {
+                fail(format!(
+                    "{name} not Established within {} s",
+                    timeout.as_secs()
+                ))
+            })??;
+    }
+    Ok(())
+}
+
 fn spawn_watch<K>(
     handle: &Handle,
     api: Api<K>,
@@ -461,6 +503,11 @@ impl KubeCluster {
 
     /// Logs a warning about a malformed object once per version of it.
     fn warn_once(&self, converted: &mut Converted, what: String, message: &str) {
+        // Bounded: past this many, forget and warn again.
+        const MAX_REMEMBERED: usize = 10_000;
+        if converted.warned.len() >= MAX_REMEMBERED {
+            converted.warned.clear();
+        }
         if converted.warned.insert(what.clone()) {
             tracing::warn!(object = %what, "{message}");
         }

@@ -79,3 +79,54 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> ::kube::Error {
+        ::kube::Error::Api(Box::new(::kube::core::Status {
+            code,
+            message: format!("answer {code}"),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn throttling_and_server_errors_are_retried_and_conflicts_are_not() {
+        for code in [429, 500, 503, 504] {
+            assert!(is_transient(&api_error(code)), "{code}");
+        }
+        for code in [400, 403, 404, 409, 422] {
+            assert!(!is_transient(&api_error(code)), "{code}");
+        }
+        assert_eq!(status_code(&api_error(409)), Some(409));
+        assert_eq!(describe(&api_error(404)), "answer 404 (HTTP 404)");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_transient_error_is_retried_a_bounded_number_of_times() {
+        let bucket = TokenBucket::new(0.0, 1);
+        let policy = RetryPolicy {
+            max_attempts: 4,
+            backoff: std::time::Duration::from_millis(1),
+            max_backoff: std::time::Duration::from_millis(2),
+        };
+        let mut calls = 0;
+        let out: Result<(), _> = with_retry(&bucket, &policy, || {
+            calls += 1;
+            async { Err(api_error(503)) }
+        })
+        .await;
+        assert!(out.is_err());
+        assert_eq!(calls, policy.max_attempts);
+        let mut calls = 0;
+        let out = with_retry(&bucket, &policy, || {
+            calls += 1;
+            let n = calls;
+            async move { if n < 3 { Err(api_error(429)) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(out.ok(), Some(3));
+    }
+}
