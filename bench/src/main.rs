@@ -13,6 +13,8 @@ use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
+mod shards;
+
 #[derive(Parser, Debug)]
 #[command(name = "phalanx-bench", about = "phalanx benchmarks")]
 struct Cli {
@@ -30,6 +32,29 @@ enum Command {
         kills: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Throughput of the sharded runtime over a grid of replicas × shards (real Raft for
+    /// two replicas or more).
+    Shards {
+        #[arg(long, default_value_t = 5_000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: i64,
+        #[arg(long, default_value_t = 100_000)]
+        pods: usize,
+        #[arg(long, default_value_t = 64)]
+        queues: usize,
+        /// Replica counts (1 to 9), comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,5")]
+        replicas: Vec<u64>,
+        /// Shard counts (1 to 1024), comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        shards: Vec<u32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write `series,x,y` (series "R replicas", x shards, y pods/s) here.
+        #[arg(long)]
+        csv: Option<String>,
     },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
@@ -58,6 +83,45 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Shards {
+            nodes,
+            gpus_per_node,
+            pods,
+            queues,
+            replicas,
+            shards,
+            seed,
+            csv,
+        } => {
+            for &r in &replicas {
+                if !(1..=9).contains(&r) {
+                    eprintln!("error: --replicas {r}: expected 1 to 9");
+                    std::process::exit(2);
+                }
+            }
+            for &s in &shards {
+                if !(1..=1024).contains(&s) {
+                    eprintln!("error: --shards {s}: expected 1 to 1024");
+                    std::process::exit(2);
+                }
+            }
+            if nodes == 0 || pods == 0 || queues == 0 || gpus_per_node <= 0 {
+                eprintln!(
+                    "error: --nodes {nodes} / --pods {pods} / --queues {queues} / --gpus-per-node {gpus_per_node}: each must be at least 1"
+                );
+                std::process::exit(2);
+            }
+            shards::run(&shards::ShardBench {
+                nodes,
+                gpus_per_node,
+                pods,
+                queues,
+                replicas,
+                shards,
+                seed,
+                csv,
+            })
+        }
         Command::Failover { kills, seed } => failover(kills.max(1), seed),
         Command::Cycle {
             nodes,

@@ -173,6 +173,10 @@ pub struct ShardReport {
     /// Wall-clock milliseconds from a cross-shard transaction's start (its `TxnBegin`
     /// proposal is the coordinator's first command) to its decision being reported.
     pub txn_decision_ms: Vec<f64>,
+    /// Proposals the runtime sent to the ledger (each one ordered write, a Raft entry
+    /// batch with replicas) and the commands in them.
+    pub ledger_proposals: u64,
+    pub ledger_commands: u64,
 }
 
 impl ShardReport {
@@ -679,6 +683,8 @@ impl ShardRuntime {
                 "replica {id} is cut off from the ledger"
             )));
         }
+        self.report.ledger_proposals += 1;
+        self.report.ledger_commands += commands.len() as u64;
         let responses = ledger.propose_raw(commands.clone())?;
         for (cmd, response) in commands.iter().zip(&responses) {
             if cmd.fence().is_none() {
