@@ -56,6 +56,29 @@ enum Command {
         #[arg(long)]
         csv: Option<String>,
     },
+    /// Kill the Raft leader and each scheduler replica in turn during a sharded run; time
+    /// from each kill to the next bind on a node of a shard it left without an owner.
+    ShardFailover {
+        #[arg(long, default_value_t = 3)]
+        replicas: u64,
+        #[arg(long, default_value_t = 6)]
+        shards: u32,
+        /// A replica not heard from for this long loses its shards (simulated ms).
+        #[arg(long, default_value_t = 300)]
+        shard_lease_ms: u64,
+        /// Simulated ms between rounds (each running replica heartbeats once a round).
+        #[arg(long, default_value_t = 100)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 500)]
+        nodes: usize,
+        #[arg(long, default_value_t = 20_000)]
+        pods: usize,
+        /// How many times to kill the leader and every replica.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
         /// Node counts to measure, comma separated.
@@ -83,6 +106,42 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::ShardFailover {
+            replicas,
+            shards,
+            shard_lease_ms,
+            period_ms,
+            nodes,
+            pods,
+            rounds,
+            seed,
+        } => {
+            let bad = if !(2..=9).contains(&replicas) {
+                Some(format!("--replicas {replicas}: expected 2 to 9"))
+            } else if !(1..=1024).contains(&shards) {
+                Some(format!("--shards {shards}: expected 1 to 1024"))
+            } else if shard_lease_ms == 0 {
+                Some("--shard-lease-ms 0: must be at least 1".to_string())
+            } else if period_ms == 0 {
+                Some("--period-ms 0: must be at least 1".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                eprintln!("error: {why}");
+                std::process::exit(2);
+            }
+            shards::failover(&shards::FailoverBench {
+                replicas,
+                shards,
+                lease_ms: shard_lease_ms,
+                period_ms,
+                nodes,
+                pods,
+                rounds: rounds.max(1),
+                seed,
+            })
+        }
         Command::Shards {
             nodes,
             gpus_per_node,

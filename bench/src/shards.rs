@@ -199,3 +199,128 @@ pub fn run(b: &ShardBench) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(Debug, Clone)]
+pub struct FailoverBench {
+    pub replicas: u64,
+    pub shards: u32,
+    pub lease_ms: u64,
+    pub period_ms: u64,
+    pub nodes: usize,
+    pub pods: usize,
+    pub rounds: u32,
+    pub seed: u64,
+}
+
+/// Kills the Raft leader, then each replica in turn (each restarted 1.5 s later), `rounds`
+/// times, during a generated run; prints kill → next bind on a lost shard's pool.
+pub fn failover(b: &FailoverBench) -> Result<()> {
+    use phalanx_scheduler::ledger::{LedgerFault, ScheduledFault};
+    let mut spec = SyntheticSpec::new(b.nodes, 8, usize::MAX, b.seed);
+    spec.max_pods = b.pods;
+    spec.duration_ms = Some((1_000, 3_000));
+    spec.queues = (0..16).map(|i| (format!("queue-{i:03}"), 1)).collect();
+    let mut sim = generate(&spec).into_sim();
+    let mut faults = Vec::new();
+    let mut t = 3_000;
+    for _ in 0..b.rounds {
+        let mut kills = vec![LedgerFault::KillLeader];
+        kills.extend((1..=b.replicas).map(LedgerFault::Kill));
+        for kill in kills {
+            let restart = match &kill {
+                LedgerFault::Kill(id) => LedgerFault::Restart(Some(*id)),
+                _ => LedgerFault::Restart(None),
+            };
+            faults.push(ScheduledFault {
+                at_ms: t,
+                fault: kill,
+            });
+            faults.push(ScheduledFault {
+                at_ms: t + 1_500,
+                fault: restart,
+            });
+            t += 3_000;
+        }
+    }
+    let mut ledger = start_ledger(b.replicas as usize).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut sharding = ShardOptions::new(
+        ShardingConfig {
+            shards: b.shards,
+            ..ShardingConfig::default()
+        },
+        b.replicas,
+    );
+    sharding.lease_ms = b.lease_ms;
+    sharding.home_pool = HomePool::Strict;
+    sharding.seed = b.seed;
+    let opts = DriverOptions {
+        check_ledger_every_cycle: false,
+        period_ms: b.period_ms,
+        max_cycles: 1_000_000,
+        horizon_ms: Some(t + 1_000),
+        faults,
+        sharding: Some(sharding),
+        ..DriverOptions::default()
+    };
+    let outcome = drive_with(
+        &mut sim,
+        &SchedulerConf::volcano_default(),
+        &opts,
+        ledger.as_mut(),
+        |_| {},
+    );
+    let report = outcome.shards.clone().unwrap_or_default();
+    println!(
+        "{} replicas, {} shards, lease {} ms, heartbeat/round every {} ms, {} nodes, {} pods; {} kills\n",
+        b.replicas,
+        b.shards,
+        b.lease_ms,
+        b.period_ms,
+        b.nodes,
+        b.pods,
+        report.failovers.len()
+    );
+    println!("| kill | kills | recovered | sim p50 | sim p99 | wall p50 | wall p99 | wall max |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut all_sim = Vec::new();
+    let mut all_wall = Vec::new();
+    for kind in ["kill:leader", "kill:replica"] {
+        let of: Vec<_> = report
+            .failovers
+            .iter()
+            .filter(|f| f.fault.starts_with(kind))
+            .collect();
+        let mut sim_ms: Vec<f64> = of
+            .iter()
+            .filter_map(|f| f.recovered_sim_ms.map(|v| v as f64))
+            .collect();
+        let mut wall: Vec<f64> = of.iter().filter_map(|f| f.recovered_wall_ms).collect();
+        sim_ms.sort_by(f64::total_cmp);
+        wall.sort_by(f64::total_cmp);
+        all_sim.extend(sim_ms.iter().copied());
+        all_wall.extend(wall.iter().copied());
+        print_row(kind, of.len(), &sim_ms, &wall);
+    }
+    all_sim.sort_by(f64::total_cmp);
+    all_wall.sort_by(f64::total_cmp);
+    print_row("all", report.failovers.len(), &all_sim, &all_wall);
+    println!(
+        "\nbinds {}, violations {}, ledger errors {}",
+        outcome.total_binds(),
+        outcome.violations.len(),
+        outcome.ledger_errors.len()
+    );
+    Ok(())
+}
+
+fn print_row(kind: &str, kills: usize, sim_ms: &[f64], wall: &[f64]) {
+    println!(
+        "| {kind} | {kills} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+        sim_ms.len(),
+        pct(sim_ms, 0.5),
+        pct(sim_ms, 0.99),
+        pct(wall, 0.5),
+        pct(wall, 0.99),
+        pct(wall, 1.0)
+    );
+}

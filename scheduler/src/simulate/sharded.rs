@@ -177,6 +177,22 @@ pub struct ShardReport {
     /// batch with replicas) and the commands in them.
     pub ledger_proposals: u64,
     pub ledger_commands: u64,
+    /// Every `kill:` fault: the shards it left without an owner (all of them for
+    /// `kill:leader`) and how long until the next pod was bound on a node of one of them.
+    pub failovers: Vec<FailoverRecord>,
+}
+
+/// Kill → next successful bind on a lost shard's pool.
+#[derive(Clone, Debug)]
+pub struct FailoverRecord {
+    pub fault: String,
+    pub at_ms: TimeMs,
+    pub shards: BTreeSet<ShardId>,
+    pub started: std::time::Instant,
+    /// Simulated ms from the kill to the bind.
+    pub recovered_sim_ms: Option<TimeMs>,
+    /// Wall-clock ms from the kill to the bind.
+    pub recovered_wall_ms: Option<f64>,
 }
 
 impl ShardReport {
@@ -420,6 +436,27 @@ impl ShardRuntime {
                 Err(e) => format!("; ledger: failed: {e}"),
             }
         };
+        let lost: Option<BTreeSet<ShardId>> = match fault {
+            LedgerFault::KillLeader => Some(self.owners.keys().copied().collect()),
+            LedgerFault::Kill(id) => Some(
+                self.owners
+                    .iter()
+                    .filter(|(_, (o, _))| o == id)
+                    .map(|(s, _)| *s)
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(shards) = lost.filter(|s| !s.is_empty()) {
+            self.report.failovers.push(FailoverRecord {
+                fault: fault.to_string(),
+                at_ms: now_ms,
+                shards,
+                started: std::time::Instant::now(),
+                recovered_sim_ms: None,
+                recovered_wall_ms: None,
+            });
+        }
         let Some(id) = fault.replica() else {
             return format!("{fault}{ledger_part}");
         };
@@ -1019,6 +1056,13 @@ impl ShardRuntime {
                 None => false,
             };
             if ok {
+                let now = sim.now_ms();
+                for f in &mut self.report.failovers {
+                    if f.recovered_sim_ms.is_none() && f.shards.contains(&shard) {
+                        f.recovered_sim_ms = Some(now.saturating_sub(f.at_ms));
+                        f.recovered_wall_ms = Some(f.started.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
                 by_shard.entry(shard).or_default().push(pod.clone());
             } else {
                 failed.push((pod.clone(), ReleaseReason::BindFailed));
