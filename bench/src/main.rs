@@ -124,6 +124,10 @@ fn main() -> Result<()> {
                 Some("--shard-lease-ms 0: must be at least 1".to_string())
             } else if period_ms == 0 {
                 Some("--period-ms 0: must be at least 1".to_string())
+            } else if shard_lease_ms < 2 * period_ms {
+                Some(format!(
+                    "--shard-lease-ms {shard_lease_ms}: must be at least twice --period-ms {period_ms}"
+                ))
             } else {
                 None
             };

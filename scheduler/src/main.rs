@@ -163,6 +163,13 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    if args.shards > 1 && args.shard_lease_ms < 2 * args.period_ms {
+        eprintln!(
+            "error: --shard-lease-ms {}: must be at least twice --period-ms {} (replicas heartbeat once a round; a shorter lease declares live replicas dead)",
+            args.shard_lease_ms, args.period_ms
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     if let Err(e) = args.home_pool.parse::<HomePool>() {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);
