@@ -16,6 +16,8 @@ use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
+mod shards;
+
 #[derive(Parser, Debug)]
 #[command(name = "phalanx-bench", about = "phalanx benchmarks")]
 struct Cli {
@@ -70,6 +72,52 @@ enum Command {
         #[arg(long, default_value_t = 32)]
         create_concurrency: usize,
     },
+    /// Throughput of the sharded runtime over a grid of replicas × shards (real Raft for
+    /// two replicas or more).
+    Shards {
+        #[arg(long, default_value_t = 5_000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: i64,
+        #[arg(long, default_value_t = 100_000)]
+        pods: usize,
+        #[arg(long, default_value_t = 64)]
+        queues: usize,
+        /// Replica counts (1 to 9), comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,5")]
+        replicas: Vec<u64>,
+        /// Shard counts (1 to 1024), comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        shards: Vec<u32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write `series,x,y` (series "R replicas", x shards, y pods/s) here.
+        #[arg(long)]
+        csv: Option<String>,
+    },
+    /// Kill the Raft leader and each scheduler replica in turn during a sharded run; time
+    /// from each kill to the next bind on a node of a shard it left without an owner.
+    ShardFailover {
+        #[arg(long, default_value_t = 3)]
+        replicas: u64,
+        #[arg(long, default_value_t = 6)]
+        shards: u32,
+        /// A replica not heard from for this long loses its shards (simulated ms).
+        #[arg(long, default_value_t = 300)]
+        shard_lease_ms: u64,
+        /// Simulated ms between rounds (each running replica heartbeats once a round).
+        #[arg(long, default_value_t = 100)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 500)]
+        nodes: usize,
+        #[arg(long, default_value_t = 20_000)]
+        pods: usize,
+        /// How many times to kill the leader and every replica.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
         /// Node counts to measure, comma separated.
@@ -97,6 +145,85 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::ShardFailover {
+            replicas,
+            shards,
+            shard_lease_ms,
+            period_ms,
+            nodes,
+            pods,
+            rounds,
+            seed,
+        } => {
+            let bad = if !(2..=9).contains(&replicas) {
+                Some(format!("--replicas {replicas}: expected 2 to 9"))
+            } else if !(1..=1024).contains(&shards) {
+                Some(format!("--shards {shards}: expected 1 to 1024"))
+            } else if shard_lease_ms == 0 {
+                Some("--shard-lease-ms 0: must be at least 1".to_string())
+            } else if period_ms == 0 {
+                Some("--period-ms 0: must be at least 1".to_string())
+            } else if shard_lease_ms < 2 * period_ms {
+                Some(format!(
+                    "--shard-lease-ms {shard_lease_ms}: must be at least twice --period-ms {period_ms}"
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                eprintln!("error: {why}");
+                std::process::exit(2);
+            }
+            shards::failover(&shards::FailoverBench {
+                replicas,
+                shards,
+                lease_ms: shard_lease_ms,
+                period_ms,
+                nodes,
+                pods,
+                rounds: rounds.max(1),
+                seed,
+            })
+        }
+        Command::Shards {
+            nodes,
+            gpus_per_node,
+            pods,
+            queues,
+            replicas,
+            shards,
+            seed,
+            csv,
+        } => {
+            for &r in &replicas {
+                if !(1..=9).contains(&r) {
+                    eprintln!("error: --replicas {r}: expected 1 to 9");
+                    std::process::exit(2);
+                }
+            }
+            for &s in &shards {
+                if !(1..=1024).contains(&s) {
+                    eprintln!("error: --shards {s}: expected 1 to 1024");
+                    std::process::exit(2);
+                }
+            }
+            if nodes == 0 || pods == 0 || queues == 0 || gpus_per_node <= 0 {
+                eprintln!(
+                    "error: --nodes {nodes} / --pods {pods} / --queues {queues} / --gpus-per-node {gpus_per_node}: each must be at least 1"
+                );
+                std::process::exit(2);
+            }
+            shards::run(&shards::ShardBench {
+                nodes,
+                gpus_per_node,
+                pods,
+                queues,
+                replicas,
+                shards,
+                seed,
+                csv,
+            })
+        }
         Command::Failover { kills, seed } => failover(kills.max(1), seed),
         Command::Kube {
             kubeconfig,

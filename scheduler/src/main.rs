@@ -4,13 +4,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use phalanx_scheduler::framework::HomePool;
 use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
 use phalanx_scheduler::model::ObjectKey;
 use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
 use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
-use phalanx_scheduler::simulate::sharded::sharding_for;
+use phalanx_scheduler::simulate::sharded::{ShardOptions, sharding_for};
 use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
 use phalanx_scheduler::simulate::{demo, generated};
 
@@ -102,6 +103,16 @@ struct SimulateArgs {
     /// so a topology domain stays in one shard; nodes without it go by their name.
     #[arg(long, value_name = "KEY")]
     shard_by_label: Option<String>,
+    /// Sharded runs: a scheduler replica not heard from for this long (simulated ms; 1 to
+    /// 600000) loses its shards to the live replicas. Replicas heartbeat once per round
+    /// (`--period-ms`), so keep the lease at two periods or more.
+    #[arg(long, default_value_t = 3000)]
+    shard_lease_ms: u64,
+    /// Sharded runs: how a replica prefers a gang's home shard's pool: `among-best` (only
+    /// among the best-scored nodes, so placements score as with one shard) or `strict`
+    /// (the home pool whenever the gang fits there; fewest cross-shard transactions).
+    #[arg(long, default_value = "among-best")]
+    home_pool: String,
     /// Place pods whose spec.schedulerName is this.
     #[arg(long, default_value = "phalanx")]
     scheduler_name: String,
@@ -258,6 +269,24 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    if !(1..=600_000).contains(&args.shard_lease_ms) {
+        eprintln!(
+            "error: --shard-lease-ms {}: must be 1 to 600000 (milliseconds)",
+            args.shard_lease_ms
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if args.shards > 1 && args.shard_lease_ms < 2 * args.period_ms {
+        eprintln!(
+            "error: --shard-lease-ms {}: must be at least twice --period-ms {} (replicas heartbeat once a round; a shorter lease declares live replicas dead)",
+            args.shard_lease_ms, args.period_ms
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if let Err(e) = args.home_pool.parse::<HomePool>() {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let mut faults = Vec::new();
     for spec in &args.faults {
         match ScheduledFault::parse(spec) {
@@ -304,12 +333,15 @@ fn simulate(args: SimulateArgs) -> ExitCode {
                 }
             }
             let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();
-            let sharding = sharding_for(
-                args.shards,
-                args.shard_by_label.clone(),
-                u64::from(args.replicas),
-                &faults,
-                args.seed,
+            let sharding = tuned(
+                sharding_for(
+                    args.shards,
+                    args.shard_by_label.clone(),
+                    u64::from(args.replicas),
+                    &faults,
+                    args.seed,
+                ),
+                &args,
             );
             generated::run(
                 &spec,
@@ -354,6 +386,8 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
         faults,
         shards: args.shards,
         shard_by_label: args.shard_by_label.clone(),
+        shard_lease_ms: args.shard_lease_ms,
+        home_pool: args.home_pool.parse().unwrap_or_default(),
     };
     let report = run_workload(&path.display().to_string(), workload, &opts);
     print!("{}", render(&report));
@@ -368,6 +402,16 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
     }
 }
 
+/// The sharded runtime's options with `--shard-lease-ms` and `--home-pool` (validated
+/// before).
+fn tuned(opts: Option<ShardOptions>, args: &SimulateArgs) -> Option<ShardOptions> {
+    opts.map(|mut o| {
+        o.lease_ms = args.shard_lease_ms;
+        o.home_pool = args.home_pool.parse().unwrap_or_default();
+        o
+    })
+}
+
 fn fairness(nodes: usize, args: &SimulateArgs) -> anyhow::Result<String> {
     let queues = fairness::parse_queues(args.queues.as_deref().unwrap_or_default())
         .map_err(|e| anyhow::anyhow!("--queues: {e}"))?;
@@ -377,12 +421,15 @@ fn fairness(nodes: usize, args: &SimulateArgs) -> anyhow::Result<String> {
         jobs: args.jobs,
         queues,
         seed: args.seed,
-        sharding: sharding_for(
-            args.shards,
-            args.shard_by_label.clone(),
-            u64::from(args.replicas),
-            &[],
-            args.seed,
+        sharding: tuned(
+            sharding_for(
+                args.shards,
+                args.shard_by_label.clone(),
+                u64::from(args.replicas),
+                &[],
+                args.seed,
+            ),
+            args,
         ),
     };
     let conf = phalanx_scheduler::framework::SchedulerConf::volcano_default();

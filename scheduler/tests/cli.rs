@@ -100,6 +100,29 @@ fn bad_shard_and_fault_flags_exit_2_naming_the_flag_and_value() {
         err.contains("replica-9") && err.contains("--replicas 3"),
         "{err}"
     );
+    let (code, _, err) = common::phalanx(&["simulate", "--shards", "2", "--shard-lease-ms", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--shard-lease-ms 0"), "{err}");
+    let (code, _, err) = common::phalanx(&[
+        "simulate",
+        "--shards",
+        "2",
+        "--shard-lease-ms",
+        "500",
+        "--period-ms",
+        "1000",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--shard-lease-ms 500") && err.contains("--period-ms 1000"),
+        "{err}"
+    );
+    let (code, _, err) = common::phalanx(&["simulate", "--shards", "2", "--home-pool", "nearest"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--home-pool") && err.contains("nearest"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -312,7 +312,10 @@ fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_n
     let mut errors = Vec::new();
     rt.begin_round(&mut sim, &mut ledger, &mut errors);
     let mut outcome = RunOutcome::default();
-    let performed = rt.perform(&mut sim, &mut ledger, &plan, 1, &mut outcome);
+    // Each replica's plan holds both gangs; each replica commits those of its shards.
+    let plans: std::collections::BTreeMap<u64, CyclePlan> =
+        [(1, plan.clone()), (2, plan)].into_iter().collect();
+    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
     let text = rt.report.render();
     assert_eq!(performed.gangs.len(), 1, "{text}\n{:?}", rt.report.txn_log);
     assert_eq!(rt.report.txns_started, 2, "{text}");

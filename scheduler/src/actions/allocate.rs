@@ -19,7 +19,7 @@ pub fn run(session: &mut Session) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
     let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
-        if session.state.pending_tasks(job).next().is_none() {
+        if session.state.pending_tasks(job).next().is_none() || !session.in_scope(job) {
             continue;
         }
         if session.state.jobs[job].is_pending_phase() {
@@ -105,6 +105,40 @@ impl Placer {
             return false;
         }
 
+        // With shards: the home pool first; a gang that does not fit there is planned over
+        // the whole cluster (a cross-shard transaction).
+        let pool_full = |placer: &Self, home: u32| {
+            single_key.is_some_and(|key| {
+                let key = crate::framework::node_picker::pool_key(key, Some(home));
+                placer.fits_at_most.get(&key).is_some_and(|&m| missing > m)
+            })
+        };
+        if let Some(home) = session
+            .home_pool(job)
+            .filter(|_| session.home_pool_strict())
+            && !pool_full(self, home)
+        {
+            if let Some(requeue) = self.place(session, queue, job, &tasks, single_key, Some(home)) {
+                return requeue;
+            }
+            session.state.jobs[job].fit_errors.clear();
+        }
+        self.place(session, queue, job, &tasks, single_key, None)
+            .unwrap_or(false)
+    }
+
+    /// One attempt to make the gang ready on the nodes of `pool` (`None`: every node):
+    /// `Some(requeue)` when it became ready (committed), `None` when everything it took
+    /// was given back.
+    fn place(
+        &mut self,
+        session: &mut Session,
+        queue: QueueId,
+        job: JobId,
+        tasks: &[TaskId],
+        single_key: Option<u64>,
+        pool: Option<u32>,
+    ) -> Option<bool> {
         let mut statement = Statement::new();
         let mut requeue = false;
         let mut ran_out_of_nodes = false;
@@ -126,8 +160,14 @@ impl Placer {
             if failed_keys.contains(&key) {
                 continue;
             }
-            let Some(node) = self.picker.pick(session, task) else {
-                if !ran_out_of_nodes {
+            let picked = match pool {
+                Some(_) => self.picker.pick_in(session, task, pool),
+                None => self
+                    .picker
+                    .pick_preferring(session, task, session.home_pool(job)),
+            };
+            let Some(node) = picked else {
+                if !ran_out_of_nodes && pool.is_none() {
                     let errors = self.picker.explain_no_fit(session, task);
                     let j = &mut session.state.jobs[job];
                     j.fit_errors.by_reason = errors.by_reason;
@@ -148,12 +188,15 @@ impl Placer {
                 break;
             }
         }
-        if session.plugins.job_ready(&session.state, job) {
+        // The home-pool pass counts only if no task ran out of nodes there: a gang that is
+        // ready already (elastic members) must not end its turn on a pool that is full.
+        if session.plugins.job_ready(&session.state, job) && !(pool.is_some() && ran_out_of_nodes) {
             statement.commit(session);
-            return requeue;
+            return Some(requeue);
         }
         if ran_out_of_nodes && let Some(key) = single_key {
             let placed = statement.len() as u32;
+            let key = crate::framework::node_picker::pool_key(key, pool);
             let most = self.fits_at_most.entry(key).or_insert(placed);
             *most = (*most).min(placed);
         }
@@ -162,7 +205,7 @@ impl Placer {
         for node in touched {
             self.picker.node_changed(node);
         }
-        false
+        None
     }
 }
 

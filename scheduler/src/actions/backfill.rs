@@ -10,7 +10,7 @@ pub fn run(session: &mut Session) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
     let mut picker = NodePicker::new();
     for job in 0..session.state.jobs.len() {
-        if session.state.jobs[job].pending_best_effort == 0 {
+        if session.state.jobs[job].pending_best_effort == 0 || !session.in_scope(job) {
             continue;
         }
         if enqueue_configured && session.state.jobs[job].is_pending_phase() {
@@ -26,7 +26,8 @@ pub fn run(session: &mut Session) {
             .collect();
         let mut statement = Statement::new();
         for task in tasks {
-            if let Some(node) = picker.pick(session, task) {
+            let node = picker.pick_preferring(session, task, session.home_pool(job));
+            if let Some(node) = node {
                 statement.allocate(session, task, node);
                 picker.node_changed(node);
             }

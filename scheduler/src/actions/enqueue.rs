@@ -12,6 +12,12 @@ pub fn run(session: &mut Session) {
     let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
+        // Not limited to the session's scope: admission spends one cluster-wide budget
+        // (overcommit, queue capability), so every replica decides every job's admission,
+        // identically from the same snapshot (it is cheap: no node is picked), and only its
+        // own jobs' decisions leave the session (close() writes in-scope statuses only).
+        // Deciding only its own jobs let two replicas each admit a gang into the same
+        // budget (scenario 22 at 3 replicas / 3 shards).
         if !j.is_pending_phase() || j.admission_released {
             continue;
         }

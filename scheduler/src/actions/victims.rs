@@ -71,7 +71,7 @@ pub fn run(session: &mut Session, mode: Mode) {
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
     let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
-        if !is_starving(session, job, enqueue_configured) {
+        if !session.in_scope(job) || !is_starving(session, job, enqueue_configured) {
             continue;
         }
         let Some(queue) = session.state.jobs[job].queue else {

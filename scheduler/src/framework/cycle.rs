@@ -22,7 +22,22 @@ pub fn run_cycle(
     conf: &SchedulerConf,
     scheduler_name: &str,
 ) -> (CyclePlan, Session) {
+    run_cycle_scoped(snapshot, conf, scheduler_name, None)
+}
+
+/// [`run_cycle`] for one replica of a sharded scheduler: only the jobs of the shards in
+/// `scope` are admitted, placed or make room; node choice prefers each gang's home pool
+/// (see [`crate::framework::scope`]). `None` is the whole cluster, as [`run_cycle`].
+pub fn run_cycle_scoped(
+    snapshot: &ClusterSnapshot,
+    conf: &SchedulerConf,
+    scheduler_name: &str,
+    scope: Option<&crate::framework::CycleScope>,
+) -> (CyclePlan, Session) {
     let mut session = Session::open(snapshot, conf, scheduler_name);
+    if let Some(scope) = scope {
+        session.set_scope(scope);
+    }
     for action in conf.actions.clone() {
         actions::run(&action, &mut session);
     }
@@ -33,7 +48,7 @@ pub fn run_cycle(
 fn close(session: &mut Session) {
     let now = session.state.now_ms;
     for job in 0..session.state.jobs.len() {
-        if session.state.jobs[job].shadow {
+        if session.state.jobs[job].shadow || !session.in_scope(job) {
             continue;
         }
         let status = job_status(session, job);

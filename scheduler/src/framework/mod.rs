@@ -12,6 +12,7 @@ pub mod ordered_queue;
 pub mod plan;
 pub mod plugin;
 pub mod plugin_set;
+pub mod scope;
 pub mod session;
 pub mod statement;
 #[cfg(test)]
@@ -19,10 +20,11 @@ pub mod testing;
 pub mod timeout;
 
 pub use conf::SchedulerConf;
-pub use cycle::run_cycle;
+pub use cycle::{run_cycle, run_cycle_scoped};
 pub use fit::{FitErrors, Unfit};
 pub use plan::{CyclePlan, Event, Eviction, GangPlacement, Placement};
 pub use plugin::{Invalid, Plugin, Vote};
 pub use plugin_set::PluginSet;
+pub use scope::{CycleScope, HomePool};
 pub use session::{JobId, NodeId, QueueId, Session, SessionState, TaskId, TaskStatus};
 pub use statement::Statement;

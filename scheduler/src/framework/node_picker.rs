@@ -67,6 +67,8 @@ struct RankedNodes {
     /// How much of the change log is already reflected.
     seen_changes: usize,
     last_used: u64,
+    /// Only nodes of this shard's pool are ranked (`None`: every node).
+    pool: Option<u32>,
 }
 
 impl RankedNodes {
@@ -74,7 +76,9 @@ impl RankedNodes {
         if let Some(old) = self.score_of.remove(&node) {
             self.ranked.remove(&(old, node));
         }
-        if node_fits(session, self.representative, node).is_ok() {
+        if session.node_in_pool(node, self.pool)
+            && node_fits(session, self.representative, node).is_ok()
+        {
             let score = Score(session.plugins.node_score(
                 &session.state,
                 self.representative,
@@ -116,8 +120,54 @@ impl NodePicker {
 
     /// The best feasible node for `task`, or `None` when no node fits.
     pub fn pick(&mut self, session: &Session, task: TaskId) -> Option<NodeId> {
-        self.picks += 1;
+        self.pick_in(session, task, None)
+    }
+
+    /// The best feasible node for `task`, taken from shard `pool`'s pool when a node there
+    /// scores as high as the best node of the cluster (`None`: [`Self::pick`]). The choice
+    /// is then always one the unsharded planner could have made (equal score); only ties
+    /// are broken towards the home pool.
+    pub fn pick_preferring(
+        &mut self,
+        session: &Session,
+        task: TaskId,
+        pool: Option<u32>,
+    ) -> Option<NodeId> {
+        let best = self.pick(session, task)?;
+        let Some(p) = pool else {
+            return Some(best);
+        };
+        if session.node_in_pool(best, Some(p)) {
+            return Some(best);
+        }
         let key = session.state.tasks[task].placement_key;
+        let top = self
+            .by_key
+            .get(&key)
+            .and_then(|r| r.score_of.get(&best).copied());
+        let Some(home) = self.pick_in(session, task, Some(p)) else {
+            return Some(best);
+        };
+        let home_score = self
+            .by_key
+            .get(&pool_key(key, Some(p)))
+            .and_then(|r| r.score_of.get(&home).copied());
+        if top.is_some() && top == home_score {
+            Some(home)
+        } else {
+            Some(best)
+        }
+    }
+
+    /// The best feasible node for `task` in shard `pool`'s pool (`None`: any node).
+    pub fn pick_in(
+        &mut self,
+        session: &Session,
+        task: TaskId,
+        pool: Option<u32>,
+    ) -> Option<NodeId> {
+        self.picks += 1;
+        let key = pool_key(session.state.tasks[task].placement_key, pool);
         if self.stamp.len() != session.state.nodes.len() {
             self.stamp = vec![0; session.state.nodes.len()];
         }
@@ -125,7 +175,7 @@ impl NodePicker {
             if self.by_key.len() >= MAX_CACHED_KEYS {
                 self.evict_least_recently_used();
             }
-            let ranked = rank_all(session, task, self.changes.len());
+            let ranked = rank_all(session, task, self.changes.len(), pool);
             self.by_key.insert(key, ranked);
         }
         let ranked = self.by_key.get_mut(&key).expect("inserted above");
@@ -163,16 +213,30 @@ impl NodePicker {
     }
 }
 
-fn rank_all(session: &Session, task: TaskId, seen_changes: usize) -> RankedNodes {
+/// The cache key of a placement key restricted to a pool (the key itself for every node).
+pub fn pool_key(key: u64, pool: Option<u32>) -> u64 {
+    match pool {
+        None => key,
+        Some(p) => (key ^ (u64::from(p) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)).rotate_left(17),
+    }
+}
+
+fn rank_all(
+    session: &Session,
+    task: TaskId,
+    seen_changes: usize,
+    pool: Option<u32>,
+) -> RankedNodes {
     let mut ranked = RankedNodes {
         representative: task,
         ranked: BTreeSet::new(),
         score_of: HashMap::new(),
         seen_changes,
         last_used: 0,
+        pool,
     };
     for node in 0..session.state.nodes.len() {
-        if node_fits(session, task, node).is_ok() {
+        if session.node_in_pool(node, pool) && node_fits(session, task, node).is_ok() {
             let score = Score(session.plugins.node_score(&session.state, task, node));
             ranked.ranked.insert((score, node));
             ranked.score_of.insert(node, score);

@@ -281,6 +281,9 @@ pub struct Session {
     /// What is free in the cluster, computed once when a message first needs it after the
     /// actions ran (the state no longer changes then).
     pub(crate) free_summary: std::cell::OnceCell<crate::framework::explain::FreeSummary>,
+    /// Per-shard planning: which jobs this replica acts for, and the pools (`None`: the
+    /// whole cluster, every job).
+    pub scope: Option<crate::framework::scope::ResolvedScope>,
 }
 
 impl Session {
@@ -321,10 +324,63 @@ impl Session {
             conf: conf.clone(),
             plan: CyclePlan::default(),
             free_summary: std::cell::OnceCell::new(),
+            scope: None,
         };
         session.plan.events = events;
         session.plugins.on_session_open(&session.state);
         session
+    }
+
+    /// Restricts the session to a replica's shards (see [`crate::framework::scope`]).
+    pub fn set_scope(&mut self, scope: &crate::framework::CycleScope) {
+        let job_home: Vec<_> = self
+            .state
+            .jobs
+            .iter()
+            .map(|j| scope.map.shard_of_queue(&j.pod_group.queue))
+            .collect();
+        let job_owned = job_home.iter().map(|h| scope.owned.contains(h)).collect();
+        let node_shard = self
+            .state
+            .nodes
+            .iter()
+            .map(|n| scope.map.shard_of(&n.node))
+            .collect();
+        self.scope = Some(crate::framework::scope::ResolvedScope {
+            job_home,
+            job_owned,
+            node_shard,
+            split: scope.map.shard_count() > 1,
+            home_pool: scope.home_pool,
+        });
+    }
+
+    /// Whether this session acts for `job` (always, without a scope).
+    pub fn in_scope(&self, job: JobId) -> bool {
+        self.scope.as_ref().is_none_or(|s| s.job_owned[job])
+    }
+
+    /// The job's home shard when its home pool is a strict part of the cluster.
+    pub fn home_pool(&self, job: JobId) -> Option<u32> {
+        self.scope
+            .as_ref()
+            .filter(|s| s.split)
+            .map(|s| s.job_home[job])
+    }
+
+    /// Whether the home pool is tried alone first ([`crate::framework::scope::HomePool::Strict`]).
+    pub fn home_pool_strict(&self) -> bool {
+        self.scope
+            .as_ref()
+            .is_some_and(|s| s.home_pool == crate::framework::scope::HomePool::Strict)
+    }
+
+    /// Whether `node` lies in `pool` (`None`: the whole cluster).
+    pub fn node_in_pool(&self, node: NodeId, pool: Option<u32>) -> bool {
+        match (pool, &self.scope) {
+            (Some(p), Some(s)) => s.node_shard[node] == p,
+            _ => true,
+        }
     }
 
     /// Records a tentative allocation in the state and tells the plugins. Called by

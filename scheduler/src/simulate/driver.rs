@@ -210,7 +210,16 @@ pub fn drive_with(
         }
         let snapshot = sim.snapshot();
         let started = Instant::now();
-        let (plan, session) = run_cycle(&snapshot, conf, &opts.scheduler_name);
+        let (plan, per_replica, pending) = match sharded.as_mut() {
+            Some(rt) => {
+                let round = rt.plan_round(&snapshot, conf, &opts.scheduler_name);
+                (round.merged, round.per_replica, round.pending)
+            }
+            None => {
+                let (plan, session) = run_cycle(&snapshot, conf, &opts.scheduler_name);
+                (plan, BTreeMap::new(), pending_of(&session))
+            }
+        };
         let duration = started.elapsed();
 
         let phase_changes = plan
@@ -226,7 +235,7 @@ pub fn drive_with(
         let committed = Instant::now();
         let errors_before = outcome.ledger_errors.len();
         let performed = match sharded.as_mut() {
-            Some(rt) => rt.perform(sim, ledger, &plan, cycle, &mut outcome),
+            Some(rt) => rt.perform(sim, ledger, &per_replica, cycle, &mut outcome),
             None => perform(sim, ledger, &plan, cycle, &mut outcome, &mut in_doubt),
         };
         let commit = committed.elapsed();
@@ -257,7 +266,7 @@ pub fn drive_with(
                 .violations
                 .extend(found.into_iter().map(|v| (cycle, v)));
         }
-        outcome.pending = pending_of(&session);
+        outcome.pending = pending;
         let stats = CycleStats {
             cycle,
             at_ms: sim.now_ms(),
@@ -331,12 +340,14 @@ fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
     }
 }
 
-fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
+/// Jobs with pods still pending, with why (only the session's own jobs when it is scoped).
+pub(crate) fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
     session
         .state
         .jobs
         .iter()
         .enumerate()
+        .filter(|(j, _)| session.in_scope(*j))
         .filter_map(|(j, job)| {
             let pending = session.state.pending_tasks(j).count();
             (pending > 0).then(|| {

@@ -9,3 +9,4 @@ pub mod generated;
 pub mod scenario;
 pub mod sharded;
 pub mod synthetic;
+pub mod thread_cpu;

@@ -28,6 +28,9 @@ pub struct ScenarioOptions {
     /// Shards (1: the unsharded path) and the node label that groups nodes into shards.
     pub shards: u32,
     pub shard_by_label: Option<String>,
+    /// Sharded runs: the replicas' lease (simulated ms).
+    pub shard_lease_ms: crate::model::TimeMs,
+    pub home_pool: crate::framework::HomePool,
 }
 
 impl Default for ScenarioOptions {
@@ -40,6 +43,8 @@ impl Default for ScenarioOptions {
             faults: Vec::new(),
             shards: 1,
             shard_by_label: None,
+            shard_lease_ms: 3_000,
+            home_pool: crate::framework::HomePool::default(),
         }
     }
 }
@@ -109,7 +114,12 @@ pub fn run_workload(name: &str, mut workload: Workload, opts: &ScenarioOptions) 
             opts.replicas as u64,
             &opts.faults,
             1,
-        ),
+        )
+        .map(|mut o| {
+            o.lease_ms = opts.shard_lease_ms;
+            o.home_pool = opts.home_pool;
+            o
+        }),
         ..DriverOptions::default()
     };
     let outcome = match start_ledger(opts.replicas) {

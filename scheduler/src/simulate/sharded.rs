@@ -71,6 +71,8 @@ pub struct ShardOptions {
     pub seed: u64,
     /// A kill at a precise point of a cross-shard transaction (fault tests).
     pub txn_fault: Option<TxnFault>,
+    /// How each replica's planner prefers a gang's home pool.
+    pub home_pool: crate::framework::scope::HomePool,
 }
 
 impl ShardOptions {
@@ -82,6 +84,7 @@ impl ShardOptions {
             txn_timeout_ms: 5_000,
             seed: 1,
             txn_fault: None,
+            home_pool: crate::framework::scope::HomePool::default(),
         }
     }
 }
@@ -163,6 +166,33 @@ pub struct ShardReport {
     /// Invariant checks performed by the runtime (I4 per fenced write, leak per round).
     pub checks: u64,
     pub checks_failed: u64,
+    /// Per replica: thread CPU time of its planning (ns; `None` where the OS gives no
+    /// per-thread CPU clock) and rounds it planned.
+    pub plan_cpu_ns: BTreeMap<ReplicaId, u64>,
+    pub plan_rounds: BTreeMap<ReplicaId, u64>,
+    /// Wall-clock milliseconds from a cross-shard transaction's start (its `TxnBegin`
+    /// proposal is the coordinator's first command) to its decision being reported.
+    pub txn_decision_ms: Vec<f64>,
+    /// Proposals the runtime sent to the ledger (each one ordered write, a Raft entry
+    /// batch with replicas) and the commands in them.
+    pub ledger_proposals: u64,
+    pub ledger_commands: u64,
+    /// Every `kill:` fault: the shards it left without an owner (all of them for
+    /// `kill:leader`) and how long until the next pod was bound on a node of one of them.
+    pub failovers: Vec<FailoverRecord>,
+}
+
+/// Kill → next successful bind on a lost shard's pool.
+#[derive(Clone, Debug)]
+pub struct FailoverRecord {
+    pub fault: String,
+    pub at_ms: TimeMs,
+    pub shards: BTreeSet<ShardId>,
+    pub started: std::time::Instant,
+    /// Simulated ms from the kill to the bind.
+    pub recovered_sim_ms: Option<TimeMs>,
+    /// Wall-clock ms from the kill to the bind.
+    pub recovered_wall_ms: Option<f64>,
 }
 
 impl ShardReport {
@@ -237,6 +267,16 @@ enum Work {
     },
 }
 
+/// A round's plans, one per running replica.
+#[derive(Debug, Default)]
+pub struct RoundPlans {
+    pub per_replica: BTreeMap<ReplicaId, CyclePlan>,
+    /// Every replica's plan in one (for statistics).
+    pub merged: CyclePlan,
+    /// Every replica's pending jobs with the reason, sorted.
+    pub pending: Vec<(ObjectKey, String)>,
+}
+
 /// What a round's writes produced, for the driver.
 #[derive(Default)]
 struct TurnOutput {
@@ -270,6 +310,8 @@ pub struct ShardRuntime {
     violations: Vec<Violation>,
     /// `Recover` events of newly gained shards, delivered at the next pump.
     recovery: VecDeque<Work>,
+    /// When each open transaction was started (wall clock, for the decision latency).
+    txn_started_at: BTreeMap<TxnId, std::time::Instant>,
     pub report: ShardReport,
 }
 
@@ -307,6 +349,7 @@ impl ShardRuntime {
             fired: false,
             violations: Vec::new(),
             recovery: VecDeque::new(),
+            txn_started_at: BTreeMap::new(),
         })
     }
 
@@ -393,6 +436,27 @@ impl ShardRuntime {
                 Err(e) => format!("; ledger: failed: {e}"),
             }
         };
+        let lost: Option<BTreeSet<ShardId>> = match fault {
+            LedgerFault::KillLeader => Some(self.owners.keys().copied().collect()),
+            LedgerFault::Kill(id) => Some(
+                self.owners
+                    .iter()
+                    .filter(|(_, (o, _))| o == id)
+                    .map(|(s, _)| *s)
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(shards) = lost.filter(|s| !s.is_empty()) {
+            self.report.failovers.push(FailoverRecord {
+                fault: fault.to_string(),
+                at_ms: now_ms,
+                shards,
+                started: std::time::Instant::now(),
+                recovered_sim_ms: None,
+                recovered_wall_ms: None,
+            });
+        }
         let Some(id) = fault.replica() else {
             return format!("{fault}{ledger_part}");
         };
@@ -656,6 +720,8 @@ impl ShardRuntime {
                 "replica {id} is cut off from the ledger"
             )));
         }
+        self.report.ledger_proposals += 1;
+        self.report.ledger_commands += commands.len() as u64;
         let responses = ledger.propose_raw(commands.clone())?;
         for (cmd, response) in commands.iter().zip(&responses) {
             if cmd.fence().is_none() {
@@ -951,6 +1017,13 @@ impl ShardRuntime {
                 if outcome != TxnOutcome::Unfinished {
                     self.open.remove(&txn);
                 }
+                if let Some(t) = self.txn_started_at.remove(&txn)
+                    && matches!(outcome, TxnOutcome::Committed | TxnOutcome::Aborted)
+                {
+                    self.report
+                        .txn_decision_ms
+                        .push(t.elapsed().as_secs_f64() * 1000.0);
+                }
                 if outcome != TxnOutcome::Committed {
                     self.started.remove(&txn);
                 }
@@ -983,6 +1056,13 @@ impl ShardRuntime {
                 None => false,
             };
             if ok {
+                let now = sim.now_ms();
+                for f in &mut self.report.failovers {
+                    if f.recovered_sim_ms.is_none() && f.shards.contains(&shard) {
+                        f.recovered_sim_ms = Some(now.saturating_sub(f.at_ms));
+                        f.recovered_wall_ms = Some(f.started.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
                 by_shard.entry(shard).or_default().push(pod.clone());
             } else {
                 failed.push((pod.clone(), ReleaseReason::BindFailed));
@@ -1167,6 +1247,79 @@ impl ShardRuntime {
         self.map.shard_of_queue(queue)
     }
 
+    /// Each running replica plans the shards it owns (as it last learned them) on its own
+    /// OS thread, all from the same round snapshot: the plans are pure functions of
+    /// (snapshot, scope), so the result does not depend on thread timing. Also returns the
+    /// plans merged (for the driver's statistics) and the pending reasons of every
+    /// replica's own jobs.
+    pub fn plan_round(
+        &mut self,
+        snapshot: &crate::cluster::ClusterSnapshot,
+        conf: &crate::framework::SchedulerConf,
+        scheduler_name: &str,
+    ) -> RoundPlans {
+        let scopes: Vec<(ReplicaId, crate::framework::CycleScope)> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.health == Health::Up && !r.owned.is_empty())
+            .map(|(id, r)| {
+                (
+                    *id,
+                    crate::framework::CycleScope::new(
+                        self.map.clone(),
+                        r.owned.keys().copied().collect(),
+                        self.opts.home_pool,
+                    ),
+                )
+            })
+            .collect();
+        type Planned = (CyclePlan, Vec<(ObjectKey, String)>, Option<u64>);
+        let results: Vec<(ReplicaId, Planned)> = std::thread::scope(|s| {
+            let handles: Vec<_> = scopes
+                .iter()
+                .map(|(id, scope)| {
+                    let handle = s.spawn(move || {
+                        let before = super::thread_cpu::thread_cpu_ns();
+                        let (plan, session) = crate::framework::run_cycle_scoped(
+                            snapshot,
+                            conf,
+                            scheduler_name,
+                            Some(scope),
+                        );
+                        let pending = super::driver::pending_of(&session);
+                        drop(session);
+                        let cpu = before
+                            .zip(super::thread_cpu::thread_cpu_ns())
+                            .map(|(b, a)| a.saturating_sub(b));
+                        (plan, pending, cpu)
+                    });
+                    (*id, handle)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(id, h)| (id, h.join().expect("a planning thread panicked")))
+                .collect()
+        });
+        let mut out = RoundPlans::default();
+        for (id, (plan, pending, cpu)) in results {
+            *self.report.plan_cpu_ns.entry(id).or_default() += cpu.unwrap_or(0);
+            *self.report.plan_rounds.entry(id).or_default() += 1;
+            out.merged.evictions.extend(plan.evictions.iter().cloned());
+            out.merged.gangs.extend(plan.gangs.iter().cloned());
+            out.merged
+                .status_updates
+                .extend(plan.status_updates.iter().cloned());
+            if let Some(t) = plan.wake_at_ms {
+                out.merged.wake_at(t);
+            }
+            out.pending.extend(pending);
+            out.per_replica.insert(id, plan);
+        }
+        out.pending.sort();
+        out
+    }
+
     /// The replicas in turn order: ids rotated by the seed.
     fn turn_order(&self) -> Vec<ReplicaId> {
         let ids: Vec<ReplicaId> = self.replicas.keys().copied().collect();
@@ -1187,11 +1340,14 @@ impl ShardRuntime {
         &mut self,
         sim: &mut SimCluster,
         ledger: &mut dyn PlacementLedger,
-        plan: &CyclePlan,
+        plans: &BTreeMap<ReplicaId, CyclePlan>,
         cycle: u32,
         outcome: &mut RunOutcome,
     ) -> CyclePlan {
         let now = sim.now_ms();
+        let empty = CyclePlan::default();
+        let plan_of = |id: &ReplicaId| plans.get(id).unwrap_or(&empty);
+        let mut evicted: HashSet<ObjectKey> = HashSet::new();
         let mut performed = CyclePlan::default();
         let order = self.turn_order();
         let running = |rt: &Self, id: &ReplicaId| rt.replicas[id].health == Health::Up;
@@ -1200,7 +1356,11 @@ impl ShardRuntime {
                 continue;
             }
             let owned = self.replicas[id].owned.clone();
-            for ev in &plan.evictions {
+            for ev in &plan_of(id).evictions {
+                // Replicas plan from one snapshot and may name the same victim.
+                if !evicted.insert(ev.pod.clone()) {
+                    continue;
+                }
                 if owned.contains_key(&self.home(sim, &ev.for_gang)) {
                     if let Err(e) = sim.evict(&ev.pod, &ev.reason) {
                         outcome.bind_errors.push(format!("evict {}: {e}", ev.pod));
@@ -1222,7 +1382,7 @@ impl ShardRuntime {
             let owned = self.replicas[id].owned.clone();
             let mut local: BTreeMap<ShardId, Vec<GangPlacement>> = BTreeMap::new();
             let mut cross: Vec<(ShardId, GangPlacement)> = Vec::new();
-            for gang in &plan.gangs {
+            for gang in &plan_of(id).gangs {
                 let h = self.home(sim, &gang.gang);
                 if !owned.contains_key(&h) || self.held.contains(&gang.gang.to_string()) {
                     continue;
@@ -1297,6 +1457,8 @@ impl ShardRuntime {
                     });
                 }
                 self.report.txns_started += 1;
+                self.txn_started_at
+                    .insert(txn.clone(), std::time::Instant::now());
                 self.open.insert(txn.clone(), key.clone());
                 self.started.insert(txn.clone(), gang.clone());
                 work.push_back(Work::ToCoord {
@@ -1330,28 +1492,39 @@ impl ShardRuntime {
                 );
             }
         }
-        let not_bound: HashSet<&ObjectKey> = plan
-            .gangs
-            .iter()
-            .map(|g| &g.gang)
-            .filter(|k| !performed.gangs.iter().any(|p| &p.gang == *k))
-            .collect();
-        for (key, status) in &plan.status_updates {
-            if not_bound.contains(key) || !done_shards.contains(&self.home(sim, key)) {
-                continue;
+        // Statuses and events: each replica writes those of its own plan, for the shards it
+        // owns after its turn.
+        for id in &order {
+            let plan = plan_of(id);
+            let mine: BTreeSet<ShardId> = self
+                .owners
+                .iter()
+                .filter(|(s, (o, _))| o == id && done_shards.contains(s))
+                .map(|(s, _)| *s)
+                .collect();
+            let not_bound: HashSet<&ObjectKey> = plan
+                .gangs
+                .iter()
+                .map(|g| &g.gang)
+                .filter(|k| !performed.gangs.iter().any(|p| &p.gang == *k))
+                .collect();
+            for (key, status) in &plan.status_updates {
+                if not_bound.contains(key) || !mine.contains(&self.home(sim, key)) {
+                    continue;
+                }
+                if let Err(e) = sim.update_pod_group_status(key, status) {
+                    outcome.bind_errors.push(format!("status of {key}: {e}"));
+                }
+                performed.status_updates.push((key.clone(), status.clone()));
             }
-            if let Err(e) = sim.update_pod_group_status(key, status) {
-                outcome.bind_errors.push(format!("status of {key}: {e}"));
+            for event in &plan.events {
+                if not_bound.contains(&event.object)
+                    || !mine.contains(&self.home(sim, &event.object))
+                {
+                    continue;
+                }
+                let _ = sim.record_event(event);
             }
-            performed.status_updates.push((key.clone(), status.clone()));
-        }
-        for event in &plan.events {
-            if not_bound.contains(&event.object)
-                || !done_shards.contains(&self.home(sim, &event.object))
-            {
-                continue;
-            }
-            let _ = sim.record_event(event);
         }
         performed
     }

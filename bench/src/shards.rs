@@ -1,0 +1,326 @@
+//! `phalanx-bench shards`: throughput of the sharded runtime over replicas × shards.
+//!
+//! Workload: `--nodes` × `--gpus-per-node` (default 5,000 × 8), `--pods` pods (default
+//! 100,000) in the synthetic gangs (sizes 1..64, 1/2/4/8 GPUs a pod, run times 1–3 s
+//! simulated, over `--queues` queues). Cross-shard gangs: every 10th gang has half its pods
+//! select nodes labelled `bench.phalanx.dev/side-a` and half `bench.phalanx.dev/side-b`;
+//! nodes of even shards carry side-a, of odd shards side-b (with one shard every node
+//! carries both), so such a gang must span two pools whenever there are two or more.
+//! Every gang is planned by the replica owning its queue's shard; home pool strictly
+//! first.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use phalanx_scheduler::framework::{HomePool, SchedulerConf};
+use phalanx_scheduler::ledger::start_ledger;
+use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
+use phalanx_scheduler::simulate::driver::{DriverOptions, drive_with};
+use phalanx_scheduler::simulate::sharded::ShardOptions;
+use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
+
+pub const SIDE_A: &str = "bench.phalanx.dev/side-a";
+pub const SIDE_B: &str = "bench.phalanx.dev/side-b";
+
+#[derive(Debug, Clone)]
+pub struct ShardBench {
+    pub nodes: usize,
+    pub gpus_per_node: i64,
+    pub pods: usize,
+    pub queues: usize,
+    pub replicas: Vec<u64>,
+    pub shards: Vec<u32>,
+    pub seed: u64,
+    pub csv: Option<String>,
+}
+
+#[derive(Debug)]
+struct Row {
+    replicas: u64,
+    shards: u32,
+    binds: usize,
+    wall_s: f64,
+    cross_gangs: usize,
+    cross_committed: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_max: f64,
+    cpu_mean: f64,
+    proposals: u64,
+    violations: usize,
+    pending: usize,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
+    let mut spec = SyntheticSpec::new(b.nodes, b.gpus_per_node, usize::MAX, b.seed);
+    spec.max_pods = b.pods;
+    spec.duration_ms = Some((1_000, 3_000));
+    spec.queues = (0..b.queues)
+        .map(|i| (format!("queue-{i:03}"), 1))
+        .collect();
+    let mut w = generate(&spec);
+    let map = ShardMap::new(ShardingConfig {
+        shards,
+        ..ShardingConfig::default()
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for node in &mut w.nodes {
+        let s = map.shard_of(node);
+        if shards == 1 || s.is_multiple_of(2) {
+            node.labels.insert(SIDE_A.into(), "true".into());
+        }
+        if shards == 1 || s % 2 == 1 {
+            node.labels.insert(SIDE_B.into(), "true".into());
+        }
+    }
+    let cross: std::collections::HashSet<String> = w
+        .pod_groups
+        .iter()
+        .enumerate()
+        .filter(|(i, g)| i % 10 == 9 && g.min_member >= 2)
+        .map(|(_, g)| g.key.name.clone())
+        .collect();
+    let mut index_in_gang: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in &mut w.pods {
+        let Some(g) = pod.group.clone() else { continue };
+        if !cross.contains(&g) {
+            continue;
+        }
+        let i = index_in_gang.entry(g).or_default();
+        let side = if i.is_multiple_of(2) { SIDE_A } else { SIDE_B };
+        pod.node_selector.insert(side.into(), "true".into());
+        *i += 1;
+    }
+    let mut sim = w.into_sim();
+    let mut ledger = start_ledger(replicas as usize).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut sharding = ShardOptions::new(
+        ShardingConfig {
+            shards,
+            ..ShardingConfig::default()
+        },
+        replicas,
+    );
+    sharding.home_pool = HomePool::Strict;
+    sharding.seed = b.seed;
+    let opts = DriverOptions {
+        check_ledger_every_cycle: false,
+        max_cycles: 100_000,
+        sharding: Some(sharding),
+        ..DriverOptions::default()
+    };
+    let started = Instant::now();
+    let outcome = drive_with(
+        &mut sim,
+        &SchedulerConf::volcano_default(),
+        &opts,
+        ledger.as_mut(),
+        |_| {},
+    );
+    let wall_s = started.elapsed().as_secs_f64();
+    if !outcome.ledger_errors.is_empty() {
+        bail!(
+            "R={replicas} S={shards}: ledger errors: {:?}",
+            &outcome.ledger_errors[..outcome.ledger_errors.len().min(3)]
+        );
+    }
+    let report = outcome.shards.clone().unwrap_or_default();
+    let binds = outcome.total_binds();
+    let mut lat = report.txn_decision_ms.clone();
+    lat.sort_by(f64::total_cmp);
+    let per_k = |ns: u64| ns as f64 / 1e9 / (binds.max(1) as f64 / 1000.0);
+    let cpus: Vec<f64> = (1..=replicas)
+        .map(|r| per_k(report.plan_cpu_ns.get(&r).copied().unwrap_or(0)))
+        .collect();
+    Ok(Row {
+        replicas,
+        shards,
+        binds,
+        wall_s,
+        cross_gangs: report.txns_started,
+        cross_committed: report.txns_committed,
+        p50_ms: pct(&lat, 0.5),
+        p99_ms: pct(&lat, 0.99),
+        cpu_max: cpus.iter().copied().fold(0.0, f64::max),
+        cpu_mean: cpus.iter().sum::<f64>() / cpus.len().max(1) as f64,
+        proposals: report.ledger_proposals,
+        violations: outcome.violations.len(),
+        pending: outcome.pending.len(),
+    })
+}
+
+pub fn run(b: &ShardBench) -> Result<()> {
+    println!(
+        "{} nodes × {} GPUs, {} pods, {} queues; cross-shard: every 10th gang spans side-a/side-b pools; home pool strict\n",
+        b.nodes, b.gpus_per_node, b.pods, b.queues
+    );
+    println!(
+        "| replicas | shards | pods bound | wall | pods/s | cross-shard gangs (committed) | decision p50 | p99 | planning CPU-s / 1k pods / replica: max | mean | ledger proposals | violations | gangs pending at end |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut csv = String::from("series,x,y\n");
+    for &r in &b.replicas {
+        for &s in &b.shards {
+            let row = one(b, r, s)?;
+            let pods_s = row.binds as f64 / row.wall_s;
+            println!(
+                "| {} | {} | {} | {:.1} s | {:.0} | {} ({}) | {:.1} ms | {:.1} ms | {:.3} | {:.3} | {} | {} | {} |",
+                row.replicas,
+                row.shards,
+                row.binds,
+                row.wall_s,
+                pods_s,
+                row.cross_gangs,
+                row.cross_committed,
+                row.p50_ms,
+                row.p99_ms,
+                row.cpu_max,
+                row.cpu_mean,
+                row.proposals,
+                row.violations,
+                row.pending
+            );
+            csv.push_str(&format!(
+                "{} replicas,{},{:.1}\n",
+                row.replicas, row.shards, pods_s
+            ));
+        }
+    }
+    if let Some(path) = &b.csv {
+        std::fs::write(path, csv)?;
+        println!("\nwrote {path}");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct FailoverBench {
+    pub replicas: u64,
+    pub shards: u32,
+    pub lease_ms: u64,
+    pub period_ms: u64,
+    pub nodes: usize,
+    pub pods: usize,
+    pub rounds: u32,
+    pub seed: u64,
+}
+
+/// Kills the Raft leader, then each replica in turn (each restarted 1.5 s later), `rounds`
+/// times, during a generated run; prints kill → next bind on a lost shard's pool.
+pub fn failover(b: &FailoverBench) -> Result<()> {
+    use phalanx_scheduler::ledger::{LedgerFault, ScheduledFault};
+    let mut spec = SyntheticSpec::new(b.nodes, 8, usize::MAX, b.seed);
+    spec.max_pods = b.pods;
+    spec.duration_ms = Some((1_000, 3_000));
+    spec.queues = (0..16).map(|i| (format!("queue-{i:03}"), 1)).collect();
+    let mut sim = generate(&spec).into_sim();
+    let mut faults = Vec::new();
+    let mut t = 3_000;
+    for _ in 0..b.rounds {
+        let mut kills = vec![LedgerFault::KillLeader];
+        kills.extend((1..=b.replicas).map(LedgerFault::Kill));
+        for kill in kills {
+            let restart = match &kill {
+                LedgerFault::Kill(id) => LedgerFault::Restart(Some(*id)),
+                _ => LedgerFault::Restart(None),
+            };
+            faults.push(ScheduledFault {
+                at_ms: t,
+                fault: kill,
+            });
+            faults.push(ScheduledFault {
+                at_ms: t + 1_500,
+                fault: restart,
+            });
+            t += 3_000;
+        }
+    }
+    let mut ledger = start_ledger(b.replicas as usize).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut sharding = ShardOptions::new(
+        ShardingConfig {
+            shards: b.shards,
+            ..ShardingConfig::default()
+        },
+        b.replicas,
+    );
+    sharding.lease_ms = b.lease_ms;
+    sharding.home_pool = HomePool::Strict;
+    sharding.seed = b.seed;
+    let opts = DriverOptions {
+        check_ledger_every_cycle: false,
+        period_ms: b.period_ms,
+        max_cycles: 1_000_000,
+        horizon_ms: Some(t + 1_000),
+        faults,
+        sharding: Some(sharding),
+        ..DriverOptions::default()
+    };
+    let outcome = drive_with(
+        &mut sim,
+        &SchedulerConf::volcano_default(),
+        &opts,
+        ledger.as_mut(),
+        |_| {},
+    );
+    let report = outcome.shards.clone().unwrap_or_default();
+    println!(
+        "{} replicas, {} shards, lease {} ms, heartbeat/round every {} ms, {} nodes, {} pods; {} kills\n",
+        b.replicas,
+        b.shards,
+        b.lease_ms,
+        b.period_ms,
+        b.nodes,
+        b.pods,
+        report.failovers.len()
+    );
+    println!("| kill | kills | recovered | sim p50 | sim p99 | wall p50 | wall p99 | wall max |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut all_sim = Vec::new();
+    let mut all_wall = Vec::new();
+    for kind in ["kill:leader", "kill:replica"] {
+        let of: Vec<_> = report
+            .failovers
+            .iter()
+            .filter(|f| f.fault.starts_with(kind))
+            .collect();
+        let mut sim_ms: Vec<f64> = of
+            .iter()
+            .filter_map(|f| f.recovered_sim_ms.map(|v| v as f64))
+            .collect();
+        let mut wall: Vec<f64> = of.iter().filter_map(|f| f.recovered_wall_ms).collect();
+        sim_ms.sort_by(f64::total_cmp);
+        wall.sort_by(f64::total_cmp);
+        all_sim.extend(sim_ms.iter().copied());
+        all_wall.extend(wall.iter().copied());
+        print_row(kind, of.len(), &sim_ms, &wall);
+    }
+    all_sim.sort_by(f64::total_cmp);
+    all_wall.sort_by(f64::total_cmp);
+    print_row("all", report.failovers.len(), &all_sim, &all_wall);
+    println!(
+        "\nbinds {}, violations {}, ledger errors {}",
+        outcome.total_binds(),
+        outcome.violations.len(),
+        outcome.ledger_errors.len()
+    );
+    Ok(())
+}
+
+fn print_row(kind: &str, kills: usize, sim_ms: &[f64], wall: &[f64]) {
+    println!(
+        "| {kind} | {kills} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+        sim_ms.len(),
+        pct(sim_ms, 0.5),
+        pct(sim_ms, 0.99),
+        pct(wall, 0.5),
+        pct(wall, 0.99),
+        pct(wall, 1.0)
+    );
+}
