@@ -707,6 +707,35 @@ fn check_failover(env: &Env, replicas: &mut [Replica]) -> Check {
     ))
 }
 
+/// SIGTERM (what Kubernetes sends a pod it stops) ends a replica cleanly: the process
+/// finishes its cycle, stops its ledger replica and exits 0 within a bound.
+fn check_graceful_stop(replicas: &mut [Replica]) -> Check {
+    let r = replicas
+        .iter_mut()
+        .find(|r| r.alive())
+        .ok_or("no replica left to stop")?;
+    let mut child = r.child.take().ok_or("no child")?;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .map_err(|e| format!("running kill -TERM: {e}"))?;
+    if !status.success() {
+        return Err(format!("kill -TERM {} failed: {status}", child.id()));
+    }
+    let t = Instant::now();
+    let exit = poll(DEADLINE, "the replica to exit after SIGTERM", || {
+        child.try_wait().map_err(|e| e.to_string())
+    })?;
+    if !exit.success() {
+        return Err(format!("replica {} exited with {exit} after SIGTERM", r.id));
+    }
+    Ok(format!(
+        "replica {} exited 0 {:.1}s after SIGTERM",
+        r.id,
+        t.elapsed().as_secs_f64()
+    ))
+}
+
 #[test]
 #[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16); .ci/run runs it with --ignored"]
 fn phalanx_serve_on_the_testbed() {
@@ -771,6 +800,10 @@ fn phalanx_serve_on_the_testbed() {
         ));
         results.push(("malformed PodGroup skipped", check_malformed_skipped(&env)));
         results.push(("leader killed mid-run", check_failover(&env, &mut replicas)));
+        results.push((
+            "SIGTERM stops a replica cleanly",
+            check_graceful_stop(&mut replicas),
+        ));
     }
     for r in &mut replicas {
         r.kill();

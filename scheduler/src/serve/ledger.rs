@@ -3,7 +3,7 @@
 //! that keeps the ledger equal to the cluster (nodes, pods bound by anyone, placements whose
 //! pods finished, and placements committed but not bound yet).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use phalanx_statestore::ledger::PlacementState;
@@ -93,6 +93,8 @@ pub fn is_fenced(e: &LedgerError) -> bool {
 #[derive(Debug, Default)]
 pub struct Reconciled {
     pub nodes_upserted: usize,
+    /// Nodes deleted from the cluster and dropped from the ledger.
+    pub nodes_removed: usize,
     /// Placements committed but not bound that were bound now (after a failover or a lost
     /// answer).
     pub bound: Vec<ObjectKey>,
@@ -273,7 +275,48 @@ pub fn reconcile(
             }),
         )?;
     }
+
+    let releasing: HashSet<&str> = release_finished
+        .iter()
+        .chain(&release_failed)
+        .map(String::as_str)
+        .collect();
+    let live: HashSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    for node in deleted_nodes(&state, shard, &live, &releasing) {
+        match ledger.propose_all(vec![LedgerCommand::RemoveNode { node: node.clone() }]) {
+            Ok(_) => out.nodes_removed += 1,
+            Err(e) => out
+                .warnings
+                .push(format!("removing deleted node {node}: {e}")),
+        }
+    }
     Ok(out)
+}
+
+/// Nodes of `shard` that the ledger holds but the cluster no longer has, and that hold no
+/// placement once `releasing` is released. A deleted node that still holds placements
+/// (pods bound to it and not yet gone) stays until they go: the ledger refuses to drop a
+/// node with placements, and keeping it costs nothing since no plan can choose it.
+fn deleted_nodes(
+    state: &LedgerState,
+    shard: u32,
+    live: &HashSet<&str>,
+    releasing: &HashSet<&str>,
+) -> Vec<String> {
+    let held: HashSet<&str> = state
+        .placements
+        .iter()
+        .filter(|(pod, _)| !releasing.contains(pod.as_str()))
+        .map(|(_, p)| p.node.as_str())
+        .collect();
+    state
+        .nodes
+        .iter()
+        .filter(|(name, n)| {
+            n.shard == shard && !live.contains(name.as_str()) && !held.contains(name.as_str())
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -353,5 +396,46 @@ mod tests {
         );
         new.mark_bound(&[ObjectKey::new("default", "a")])
             .expect("the new owner marks the old owner's placement bound");
+    }
+
+    /// Regression: nodes deleted from the cluster stayed in the ledger for ever. They are
+    /// dropped once nothing is placed on them (counting placements this pass releases),
+    /// and only from the reconciling replica's shard.
+    #[test]
+    fn deleted_nodes_leave_the_ledger_once_nothing_is_placed_on_them() {
+        let mut ledger = Leased {
+            inner: LocalLedger::new(),
+            epoch: 1,
+        };
+        let gpus = || Resources::from_pairs([("nvidia.com/gpu", 2)]);
+        let (n1, n2, n3) = (
+            Node::new("n1", gpus()),
+            Node::new("n2", gpus()),
+            Node::new("n3", gpus()),
+        );
+        ledger.load(&[&n1, &n2, &n3], &[]).expect("loads");
+        assert_eq!(
+            ledger.commit(&[gang("a")]).expect("commits"),
+            vec![Verdict::Accepted]
+        );
+        let mut state = ledger.read_state().expect("reads");
+        // n4 belongs to another shard: never this replica's to remove.
+        state.nodes.insert("n4".into(), {
+            let mut other = state.nodes["n3"].clone();
+            other.shard = 7;
+            other
+        });
+        let live: HashSet<&str> = ["n3"].into_iter().collect();
+        // n1 still holds pod a; n2 is empty: only n2 goes.
+        assert_eq!(
+            deleted_nodes(&state, 0, &live, &HashSet::new()),
+            vec!["n2".to_string()]
+        );
+        // Once pod a is being released, n1 goes too.
+        let releasing: HashSet<&str> = ["default/a"].into_iter().collect();
+        assert_eq!(
+            deleted_nodes(&state, 0, &live, &releasing),
+            vec!["n1".to_string(), "n2".to_string()]
+        );
     }
 }

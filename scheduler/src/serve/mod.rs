@@ -72,6 +72,8 @@ pub enum ServeError {
     Peers(String),
     #[error("starting: {0}")]
     Start(String),
+    #[error("stopping: {0}")]
+    Stop(String),
     #[error(transparent)]
     Kube(#[from] crate::cluster::kube::KubeError),
 }
@@ -118,7 +120,8 @@ pub mod metric {
     pub const PENDING_JOBS: &str = "phalanx_pending_jobs";
 }
 
-/// Runs one replica until the process is stopped. Returns only on a start-up failure.
+/// Runs one replica until SIGTERM or SIGINT (then stops its ledger replica and returns
+/// `Ok`), or fails to start.
 pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let start = |e: &dyn std::fmt::Display| ServeError::Start(e.to_string());
     let mut peers = opts.peers.clone();
@@ -184,9 +187,29 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     tracing::info!("watch caches synced");
     println!("READY id={} ledger={}", opts.id, replica.addr());
 
+    // SIGTERM (Kubernetes stopping the pod) or SIGINT: finish the cycle in progress, then
+    // stop the ledger replica so its peers elect a successor at once rather than after
+    // waiting out its silence; a cycle is never cut between commit and bind.
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stopping = stopping.clone();
+        let mut term = runtime
+            .block_on(async {
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            })
+            .map_err(|e| start(&e))?;
+        runtime.spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            stopping.store(true, Ordering::Relaxed);
+        });
+    }
+
     let mut owner = Owner::new(opts.clone(), handle, client);
     let period = Duration::from_millis(opts.period_ms.max(10));
-    loop {
+    while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();
         let metrics = replica.metrics();
         health
@@ -203,6 +226,10 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         gauge!(metric::OWNED_EPOCH).set(owner.ledger.as_ref().map_or(0.0, |l| l.epoch as f64));
         std::thread::sleep(period.saturating_sub(started.elapsed()));
     }
+    tracing::info!(id = opts.id, "stopping: shutting the ledger replica down");
+    runtime
+        .block_on(replica.shutdown())
+        .map_err(|e| ServeError::Stop(format!("ledger replica {}: {e}", opts.id)))
 }
 
 /// The scheduling side of a replica: owns shard 0 while it is the ledger's leader.
@@ -284,6 +311,12 @@ impl Owner {
             tracing::info!(
                 pods = reconciled.bound.len(),
                 "bound placements committed earlier"
+            );
+        }
+        if reconciled.nodes_removed > 0 {
+            tracing::info!(
+                nodes = reconciled.nodes_removed,
+                "nodes deleted from the cluster dropped from the ledger"
             );
         }
         let snapshot: ClusterSnapshot = if reconciled.bound.is_empty() {
