@@ -21,6 +21,7 @@ pub mod sharded;
 pub use fault::{LedgerFault, ScheduledFault};
 pub use local::LocalLedger;
 pub use raft::RaftLedger;
+pub(crate) use raft::{propose_through, read_through};
 
 use phalanx_statestore::ledger::checks::Violation as LedgerViolation;
 use phalanx_statestore::ledger::command::{MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};

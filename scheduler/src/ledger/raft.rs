@@ -70,24 +70,48 @@ impl RaftLedger {
         &self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        let mut responses = Vec::with_capacity(commands.len());
-        for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
-            let committed = self
-                .runtime
-                .block_on(self.client.propose(&LedgerBatch { commands: batch }))
-                .map_err(|e| match e {
-                    ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
-                    other => LedgerError::Unavailable(other.to_string()),
-                })?;
-            for r in committed.responses {
-                if let LedgerResponse::Refused(reason) = &r {
-                    return Err(LedgerError::Refused(reason.to_string()));
-                }
-                responses.push(r);
-            }
-        }
-        Ok(responses)
+        propose_through(self.runtime.handle(), &self.client, commands, true)
     }
+}
+
+/// Proposes `commands` through `client`, in as few Raft entries as the batch limit allows,
+/// from a thread outside `handle`'s runtime. With `stop_at_refusal` a refused command is
+/// an error and the batches after it are not proposed; without, every response is
+/// returned, refusals included (the sharded runtime reads the typed refusal).
+pub(crate) fn propose_through(
+    handle: &tokio::runtime::Handle,
+    client: &LedgerClient,
+    commands: Vec<LedgerCommand>,
+    stop_at_refusal: bool,
+) -> Result<Vec<LedgerResponse>, LedgerError> {
+    let mut responses = Vec::with_capacity(commands.len());
+    for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
+        let committed = handle
+            .block_on(client.propose(&LedgerBatch { commands: batch }))
+            .map_err(|e| match e {
+                ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
+                other => LedgerError::Unavailable(other.to_string()),
+            })?;
+        for r in committed.responses {
+            if let (true, LedgerResponse::Refused(reason)) = (stop_at_refusal, &r) {
+                return Err(LedgerError::Refused(reason.to_string()));
+            }
+            responses.push(r);
+        }
+    }
+    Ok(responses)
+}
+
+/// A linearizable read of the whole ledger state through `client`.
+pub(crate) fn read_through(
+    handle: &tokio::runtime::Handle,
+    client: &LedgerClient,
+) -> Result<LedgerState, LedgerError> {
+    let read = handle
+        .block_on(client.read())
+        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+    read.state
+        .ok_or_else(|| LedgerError::Unavailable("the linearizable read returned no state".into()))
 }
 
 impl Drop for RaftLedger {
@@ -111,28 +135,11 @@ impl LedgerBackend for RaftLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        let mut responses = Vec::with_capacity(commands.len());
-        for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
-            let committed = self
-                .runtime
-                .block_on(self.client.propose(&LedgerBatch { commands: batch }))
-                .map_err(|e| match e {
-                    ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
-                    other => LedgerError::Unavailable(other.to_string()),
-                })?;
-            responses.extend(committed.responses);
-        }
-        Ok(responses)
+        propose_through(self.runtime.handle(), &self.client, commands, false)
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
-        let read = self
-            .runtime
-            .block_on(self.client.read())
-            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-        read.state.ok_or_else(|| {
-            LedgerError::Unavailable("the linearizable read returned no state".into())
-        })
+        read_through(self.runtime.handle(), &self.client)
     }
 
     fn replica_count(&self) -> usize {

@@ -8,16 +8,14 @@ use std::sync::Arc;
 
 use phalanx_statestore::ledger::PlacementState;
 use phalanx_statestore::{GangPlacement as LedgerGang, PodPlacement};
-use phalanx_statestore::{
-    LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState, MAX_COMMANDS_PER_BATCH,
-};
+use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerResponse, LedgerState};
 use tokio::runtime::Handle;
 
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
 use crate::ledger::{
-    LedgerBackend, LedgerError, ReleaseReason, Verdict, chunks, place_gangs_at, pod_commands,
-    resource_vec, verdicts,
+    LedgerBackend, LedgerError, ReleaseReason, Verdict, place_gangs_at, pod_commands,
+    propose_through, read_through, resource_vec, verdicts,
 };
 use crate::model::ObjectKey;
 
@@ -46,33 +44,11 @@ impl LedgerBackend for ServeLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        let mut responses = Vec::with_capacity(commands.len());
-        for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
-            let committed = self
-                .handle
-                .block_on(self.client.propose(&LedgerBatch { commands: batch }))
-                .map_err(|e| match e {
-                    phalanx_statestore::ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
-                    other => LedgerError::Unavailable(other.to_string()),
-                })?;
-            for r in committed.responses {
-                if let LedgerResponse::Refused(reason) = &r {
-                    return Err(LedgerError::Refused(reason.to_string()));
-                }
-                responses.push(r);
-            }
-        }
-        Ok(responses)
+        propose_through(&self.handle, &self.client, commands, true)
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
-        let read = self
-            .handle
-            .block_on(self.client.read())
-            .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-        read.state.ok_or_else(|| {
-            LedgerError::Unavailable("the linearizable read returned no state".into())
-        })
+        read_through(&self.handle, &self.client)
     }
 
     fn replica_count(&self) -> usize {
