@@ -347,6 +347,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
                 &spec,
                 &conf,
                 args.replicas as usize,
+                args.period_ms,
                 faults,
                 sharding,
                 !args.quiet,

@@ -83,6 +83,68 @@ fn a_generated_run_reports_throughput_and_cycle_times() {
     );
 }
 
+/// Regression: generated runs ignored `--period-ms` (every cycle was 1 s of simulated
+/// time). A busy run (pods of 1-2 s keep freeing room) needs more cycles at 250 ms.
+#[test]
+fn a_generated_run_honours_the_cycle_period() {
+    let cycles = |period: &str| {
+        let (code, stdout, stderr) = phalanx(&[
+            "simulate",
+            "--nodes",
+            "4",
+            "--jobs",
+            "40",
+            "--seed",
+            "3",
+            "--quiet",
+            "--period-ms",
+            period,
+            "--pod-seconds",
+            "1-2",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(" cycles ("))
+            .unwrap_or_else(|| panic!("no cycle count in {stdout}"))
+            .to_string();
+        line.split(" cycles (")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no cycle count in {line:?}"))
+    };
+    let (slow, fast) = (cycles("1000"), cycles("250"));
+    assert!(
+        fast * 4 > slow * 5,
+        "1 s period: {slow} cycles; 250 ms period: {fast} cycles"
+    );
+}
+
+/// Regression: while nothing changed the run jumped to the next pod event and fired a fault
+/// due earlier only then (a kill at 2.5 s happened at 20 s).
+#[test]
+fn a_fault_fires_on_time_while_the_cluster_is_idle() {
+    let (code, stdout, stderr) = phalanx(&[
+        "simulate",
+        "--nodes",
+        "4",
+        "--jobs",
+        "3",
+        "--seed",
+        "3",
+        "--quiet",
+        "--pod-seconds",
+        "20-20",
+        "--replicas",
+        "3",
+        "--fault",
+        "kill:leader@2500ms",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("fault at 2.5s: kill:leader"), "{stdout}");
+}
+
 #[test]
 fn bad_shard_and_fault_flags_exit_2_naming_the_flag_and_value() {
     let (code, _, err) = common::phalanx(&["simulate", "--shards", "0"]);

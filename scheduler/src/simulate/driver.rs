@@ -294,9 +294,11 @@ pub fn drive_with(
         }
         finished = if opts.exact_cycles.is_some() || changed {
             sim.advance_to(next)
-        } else if let Some(t) = earliest(sim.next_event_ms(), plan.wake_at_ms)
-            .or_else(|| faults.peek().map(|f| f.at_ms))
-        {
+        } else if let Some(t) = earliest(
+            earliest(sim.next_event_ms(), plan.wake_at_ms),
+            // A fault due before the next event fires on time, not after the jump.
+            faults.peek().map(|f| f.at_ms),
+        ) {
             let t = t.max(next);
             sim.advance_to(opts.horizon_ms.map_or(t, |h| t.min(h)))
         } else {

@@ -17,6 +17,7 @@ pub fn run(
     spec: &SyntheticSpec,
     conf: &SchedulerConf,
     replicas: usize,
+    period_ms: u64,
     faults: Vec<ScheduledFault>,
     sharding: Option<ShardOptions>,
     show_progress: bool,
@@ -34,6 +35,7 @@ pub fn run(
         scheduler_name: spec.scheduler_name.clone(),
         // One full ledger read per cycle would dominate a large run; check it at the end.
         check_ledger_every_cycle: nodes <= 100,
+        period_ms,
         faults,
         sharding,
         ..DriverOptions::default()
