@@ -27,6 +27,14 @@ pub fn res(pairs: &[(&str, i64)]) -> Resources {
     Resources::from_pairs(pairs.iter().copied())
 }
 
+/// Plugin arguments from `(key, value)` pairs, as a `volcano-scheduler.conf` tier gives them.
+pub fn args(pairs: &[(&str, &str)]) -> crate::framework::conf::Arguments {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Builds a [`ClusterSnapshot`]; objects get creation indexes in the order they are added.
 /// The `default` queue exists unless a queue of that name is added.
 #[derive(Debug, Default)]

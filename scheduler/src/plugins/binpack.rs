@@ -74,17 +74,10 @@ impl Plugin for BinpackPlugin {
 mod tests {
     use super::*;
     use crate::framework::SchedulerConf;
-    use crate::framework::testing::Cluster;
+    use crate::framework::testing::{Cluster, args};
     use crate::model::resources::GPU;
 
     const GI: i64 = 1 << 30;
-
-    fn args(pairs: &[(&str, &str)]) -> Arguments {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     /// Node `n1` (8 CPUs, 16Gi, 8 GPUs) running 4 CPUs and 6 GPUs; pending task `t` asks
     /// for `request`.

@@ -99,18 +99,11 @@ impl Plugin for NodeOrderPlugin {
 mod tests {
     use super::*;
     use crate::framework::SchedulerConf;
-    use crate::framework::testing::Cluster;
+    use crate::framework::testing::{Cluster, args};
     use crate::model::{Node, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm};
     use crate::model::{ObjectKey, Pod, Taint};
 
     const GI: i64 = 1 << 30;
-
-    fn args(pairs: &[(&str, &str)]) -> Arguments {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     /// Only the named function counts (every weight 0 but `name`'s, which is 1).
     fn only(name: &str) -> NodeOrderPlugin {
