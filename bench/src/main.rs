@@ -117,6 +117,14 @@ enum Command {
         rounds: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Largest gang in the workload: small gangs keep a backlog every pool can place
+        /// from at any moment, so a gap in binds is the failover, not a big gang waiting.
+        #[arg(long, default_value_t = 4)]
+        max_gang: u32,
+        /// Do not pace rounds to the wall clock (faster; the wall figures then mix the
+        /// simulator's speed into the failover time).
+        #[arg(long)]
+        unpaced: bool,
     },
     /// Time one scheduling cycle with many pending gangs.
     Cycle {
@@ -154,6 +162,8 @@ fn main() -> Result<()> {
             pods,
             rounds,
             seed,
+            max_gang,
+            unpaced,
         } => {
             let bad = if !(2..=9).contains(&replicas) {
                 Some(format!("--replicas {replicas}: expected 2 to 9"))
@@ -163,6 +173,8 @@ fn main() -> Result<()> {
                 Some("--shard-lease-ms 0: must be at least 1".to_string())
             } else if period_ms == 0 {
                 Some("--period-ms 0: must be at least 1".to_string())
+            } else if !(1..=64).contains(&max_gang) {
+                Some(format!("--max-gang {max_gang}: expected 1 to 64"))
             } else if shard_lease_ms < 2 * period_ms {
                 Some(format!(
                     "--shard-lease-ms {shard_lease_ms}: must be at least twice --period-ms {period_ms}"
@@ -183,6 +195,8 @@ fn main() -> Result<()> {
                 pods,
                 rounds: rounds.max(1),
                 seed,
+                max_gang,
+                paced: !unpaced,
             })
         }
         Command::Shards {

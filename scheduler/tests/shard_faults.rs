@@ -413,3 +413,68 @@ fn the_replicated_ledger_of_a_simulated_run_does_not_expire_transactions_on_the_
     let state = ledger.state().expect("readable");
     assert_eq!(state.open_txn_count(), 1, "{:?}", state.txns);
 }
+
+/// `kill:leader` is the death of the leading process: its ledger replica and the scheduler
+/// replica beside it. Before, only the ledger replica died and the scheduler replica kept
+/// its shards, so a leader kill never moved a shard and the failover benchmark's leader
+/// figure measured something no real failure does.
+#[test]
+fn a_leader_kill_stops_the_scheduler_replica_of_the_leader_too_and_its_shards_move() {
+    let shards = 3;
+    let mut index = 0;
+    // Short one-GPU gangs in every queue keep every pool binding through the kill.
+    let queues = ["q-a", "q-b", "q-c", "q-d"];
+    let gangs: Vec<_> = (0..24)
+        .map(|i| {
+            gang(
+                &format!("g{i:02}"),
+                queues[i % queues.len()],
+                1,
+                Some(1_000),
+                &mut index,
+            )
+        })
+        .collect();
+    let mut sim = cluster(one_node_per_shard(shards, 2), gangs, &queues);
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    // Down for 5 s, past the 3 s lease: its shards must move.
+    let outcome = run(
+        &mut sim,
+        &mut ledger,
+        options(shards, 3, None),
+        &["kill:leader@1500ms", "restart:last@6500ms"],
+    );
+    let report = outcome.shards.clone().expect("sharded");
+    let text = report.render();
+    let record = report
+        .failovers
+        .iter()
+        .find(|f| f.fault.starts_with("kill:leader"))
+        .expect("the leader kill is recorded");
+    let killed: u64 = record
+        .fault
+        .strip_prefix("kill:leader (kill:replica-")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("resolved to a replica: {:?}\n{text}", record.fault));
+    assert!(
+        report
+            .replica_events
+            .iter()
+            .any(|e| e.contains(&format!("replica {killed} killed"))),
+        "{text}"
+    );
+    assert!(
+        report
+            .replica_events
+            .iter()
+            .any(|e| e.contains(&format!("replica {killed} restarted"))),
+        "restart:last brings back the replica the leader kill stopped:\n{text}"
+    );
+    if !record.shards.is_empty() {
+        assert!(moved_away_from(&outcome, killed), "{text}");
+        assert!(record.recovered_sim_ms.is_some(), "{text}");
+    }
+    assert!(all_bound(&sim), "{text}\n{:?}", outcome.pending);
+    assert_clean(&outcome, &mut ledger);
+}

@@ -23,6 +23,7 @@ pub use local::LocalLedger;
 pub use raft::RaftLedger;
 pub(crate) use raft::{propose_through, read_through};
 
+use phalanx_statestore::ledger::ReplicaId;
 use phalanx_statestore::ledger::checks::Violation as LedgerViolation;
 use phalanx_statestore::ledger::command::{MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};
 use phalanx_statestore::{
@@ -94,6 +95,9 @@ pub trait PlacementLedger {
     fn replicas(&self) -> usize;
     /// Injects a fault (replicated ledger only); returns what was done.
     fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError>;
+    /// The replica that leads the ledger now (waiting a bounded time for an election);
+    /// `None` for a ledger without replicas.
+    fn leader(&mut self) -> Result<Option<ReplicaId>, LedgerError>;
     /// Proposes commands with explicit shards and epochs (see [`sharded`]); refusals come
     /// back as responses.
     fn propose_raw(
@@ -125,6 +129,9 @@ pub trait LedgerBackend {
     /// single owner keeps the default; `phalanx serve` writes with the epoch it took.
     fn lease(&self) -> (u32, u64) {
         (SINGLE_SHARD, FIRST_EPOCH)
+    }
+    fn leader_id(&mut self) -> Result<Option<ReplicaId>, LedgerError> {
+        Ok(None)
     }
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         Err(LedgerError::Refused(format!(
@@ -208,6 +215,10 @@ impl<T: LedgerBackend> PlacementLedger for T {
 
     fn inject(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         self.inject_fault(fault)
+    }
+
+    fn leader(&mut self) -> Result<Option<ReplicaId>, LedgerError> {
+        self.leader_id()
     }
 
     fn propose_raw(

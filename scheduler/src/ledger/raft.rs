@@ -3,6 +3,7 @@
 //! scheduler talks to them only through the typed `LedgerClient`, as a remote scheduler
 //! would, so every proposal goes through the leader and a quorum.
 
+use phalanx_statestore::ledger::ReplicaId;
 use phalanx_statestore::{
     ClientError, LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState,
     LocalCluster, MAX_COMMANDS_PER_BATCH, ReplicaConfig, start_local_cluster_with,
@@ -144,6 +145,17 @@ impl LedgerBackend for RaftLedger {
 
     fn replica_count(&self) -> usize {
         self.replicas
+    }
+
+    fn leader_id(&mut self) -> Result<Option<ReplicaId>, LedgerError> {
+        let cluster = self
+            .cluster
+            .as_ref()
+            .ok_or_else(|| LedgerError::Unavailable("the ledger is shut down".into()))?;
+        self.runtime
+            .block_on(cluster.wait_for_leader(std::time::Duration::from_secs(10)))
+            .map(Some)
+            .map_err(|e| LedgerError::Unavailable(format!("no ledger leader: {e}")))
     }
 
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {

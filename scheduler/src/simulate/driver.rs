@@ -44,6 +44,12 @@ pub struct DriverOptions {
     /// Shards and scheduler replicas (`None`: one scheduler owning the single shard, the
     /// path every run took before sharding).
     pub sharding: Option<ShardOptions>,
+    /// Simulated time follows the wall clock: a round shorter than `period_ms` sleeps the
+    /// rest, a longer one (slow host, ledger election) moves the clock as far as the wall
+    /// clock went. A failover then takes the time it would on a real cluster, including
+    /// the ledger's election overlapping the shard lease. For benchmarks; tests keep
+    /// simulated time.
+    pub pace_wall_clock: bool,
 }
 
 impl Default for DriverOptions {
@@ -59,6 +65,7 @@ impl Default for DriverOptions {
             check_ledger_every_cycle: true,
             faults: Vec::new(),
             sharding: None,
+            pace_wall_clock: false,
         }
     }
 }
@@ -179,6 +186,7 @@ pub fn drive_with(
     let mut faults = faults.into_iter().peekable();
     let mut awaiting_recovery: Vec<(usize, Instant)> = Vec::new();
     let mut in_doubt: Vec<(u32, GangPlacement)> = Vec::new();
+    let (run_started, sim_started_ms) = (Instant::now(), sim.now_ms());
     loop {
         if !in_doubt.is_empty() {
             reconcile_in_doubt(sim, ledger, &mut in_doubt, outcome.cycles, &mut outcome);
@@ -205,6 +213,7 @@ pub fn drive_with(
         } else if outcome.cycles >= opts.max_cycles {
             break;
         }
+        let round_started = Instant::now();
         if let Some(rt) = sharded.as_mut() {
             rt.begin_round(sim, ledger, &mut outcome.ledger_errors);
         }
@@ -288,11 +297,22 @@ pub fn drive_with(
             || stats.evictions > 0;
         outcome.stats.push(stats);
 
-        let next = sim.now_ms() + opts.period_ms;
+        let mut next = sim.now_ms() + opts.period_ms;
+        if opts.pace_wall_clock {
+            // Simulated time is the wall clock: a round that overran its period (a slow
+            // host, a ledger election) moves the clock as far as the wall clock moved.
+            let period = std::time::Duration::from_millis(opts.period_ms);
+            if let Some(rest) = period.checked_sub(round_started.elapsed()) {
+                std::thread::sleep(rest);
+            }
+            let wall_ms = u64::try_from(run_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            next = next.max(sim_started_ms.saturating_add(wall_ms));
+        }
         if opts.horizon_ms.is_some_and(|h| next > h) {
             break;
         }
-        finished = if opts.exact_cycles.is_some() || changed {
+        // A paced run never jumps ahead: simulated time follows the wall clock.
+        finished = if opts.exact_cycles.is_some() || changed || opts.pace_wall_clock {
             sim.advance_to(next)
         } else if let Some(t) = earliest(
             earliest(sim.next_event_ms(), plan.wake_at_ms),

@@ -193,6 +193,9 @@ pub struct FailoverRecord {
     pub recovered_sim_ms: Option<TimeMs>,
     /// Wall-clock ms from the kill to the bind.
     pub recovered_wall_ms: Option<f64>,
+    /// Wall-clock ms from the kill until the leader role moved the last of the lost
+    /// shards to a live replica (the detection part of the failover).
+    pub moved_wall_ms: Option<f64>,
 }
 
 impl ShardReport {
@@ -312,6 +315,8 @@ pub struct ShardRuntime {
     recovery: VecDeque<Work>,
     /// When each open transaction was started (wall clock, for the decision latency).
     txn_started_at: BTreeMap<TxnId, std::time::Instant>,
+    /// Replicas killed and not restarted, oldest first (`restart:last` takes the last).
+    killed: Vec<ReplicaId>,
     pub report: ShardReport,
 }
 
@@ -350,6 +355,7 @@ impl ShardRuntime {
             violations: Vec::new(),
             recovery: VecDeque::new(),
             txn_started_at: BTreeMap::new(),
+            killed: Vec::new(),
         })
     }
 
@@ -428,6 +434,26 @@ impl ShardRuntime {
         ledger: &mut dyn PlacementLedger,
         now_ms: TimeMs,
     ) -> String {
+        // `kill:leader` is the death of the process that leads: its ledger replica and the
+        // scheduler replica beside it, so it is resolved to that replica here (and a
+        // `restart:last` brings back the last replica killed, both parts).
+        let named = fault.to_string();
+        let resolved = match fault {
+            LedgerFault::KillLeader if ledger.replicas() >= 2 => match ledger.leader() {
+                Ok(Some(id)) => Some(LedgerFault::Kill(id)),
+                _ => None,
+            },
+            LedgerFault::Restart(None) => {
+                self.killed.last().map(|id| LedgerFault::Restart(Some(*id)))
+            }
+            _ => None,
+        };
+        let fault = resolved.as_ref().unwrap_or(fault);
+        match fault {
+            LedgerFault::Kill(id) => self.killed.push(*id),
+            LedgerFault::Restart(Some(id)) => self.killed.retain(|k| k != id),
+            _ => {}
+        }
         let ledger_part = if fault.is_scheduler_only() || ledger.replicas() < 2 {
             String::new()
         } else {
@@ -449,12 +475,17 @@ impl ShardRuntime {
         };
         if let Some(shards) = lost.filter(|s| !s.is_empty()) {
             self.report.failovers.push(FailoverRecord {
-                fault: fault.to_string(),
+                fault: if named == fault.to_string() {
+                    named.clone()
+                } else {
+                    format!("{named} ({fault})")
+                },
                 at_ms: now_ms,
                 shards,
                 started: std::time::Instant::now(),
                 recovered_sim_ms: None,
                 recovered_wall_ms: None,
+                moved_wall_ms: None,
             });
         }
         let Some(id) = fault.replica() else {
@@ -499,6 +530,11 @@ impl ShardRuntime {
             "{:.1}s replica {id} {what}{ledger_part}",
             now_ms as f64 / 1000.0
         );
+        let line = if named == fault.to_string() {
+            line
+        } else {
+            format!("{named}: {line}")
+        };
         self.report.replica_events.push(line.clone());
         self.dirty = true;
         line
@@ -598,6 +634,18 @@ impl ShardRuntime {
             match ledger.propose_raw(vec![m.to_command()]) {
                 Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {
                     self.owners.insert(m.shard, (m.to, m.new_epoch));
+                    for f in &mut self.report.failovers {
+                        if f.moved_wall_ms.is_none()
+                            && f.shards.contains(&m.shard)
+                            && f.shards.iter().all(|s| {
+                                self.owners.get(s).is_some_and(|(o, _)| {
+                                    self.replicas.get(o).is_some_and(|r| r.health == Health::Up)
+                                })
+                            })
+                        {
+                            f.moved_wall_ms = Some(f.started.elapsed().as_secs_f64() * 1000.0);
+                        }
+                    }
                     self.report.moves.push(ShardMove {
                         at_ms: now,
                         shard: m.shard,

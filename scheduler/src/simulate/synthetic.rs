@@ -28,6 +28,9 @@ pub struct SyntheticSpec {
     /// Run time of each pod in the simulator, drawn from this range (None = run forever).
     pub duration_ms: Option<(TimeMs, TimeMs)>,
     pub scheduler_name: String,
+    /// Largest gang drawn (the power law is cut there): 64 keeps the full mix; a small
+    /// value gives a backlog every pool can place from at any moment (failover runs).
+    pub max_gang_pods: u32,
 }
 
 impl SyntheticSpec {
@@ -41,6 +44,7 @@ impl SyntheticSpec {
             max_pods: 0,
             duration_ms: None,
             scheduler_name: crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
+            max_gang_pods: GANG_SIZES[GANG_SIZES.len() - 1],
         }
     }
 }
@@ -113,10 +117,12 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
     } else {
         spec.queues.iter().map(|(n, _)| n.clone()).collect()
     };
-    let weights: Vec<f64> = GANG_SIZES
+    let sizes: Vec<u32> = GANG_SIZES
         .iter()
-        .map(|&s| f64::from(s).powf(-0.8))
+        .copied()
+        .filter(|s| *s <= spec.max_gang_pods.max(1))
         .collect();
+    let weights: Vec<f64> = sizes.iter().map(|&s| f64::from(s).powf(-0.8)).collect();
     let total_weight: f64 = weights.iter().sum();
 
     let mut out = SyntheticWorkload {
@@ -130,8 +136,8 @@ pub fn generate(spec: &SyntheticSpec) -> SyntheticWorkload {
             break;
         }
         let mut draw = rng.random_range(0.0..total_weight);
-        let mut size = GANG_SIZES[GANG_SIZES.len() - 1];
-        for (s, w) in GANG_SIZES.iter().zip(&weights) {
+        let mut size = sizes[sizes.len() - 1];
+        for (s, w) in sizes.iter().zip(&weights) {
             if draw < *w {
                 size = *s;
                 break;
