@@ -105,6 +105,9 @@ pub trait Plugin: std::fmt::Debug + Send {
     }
 
     fn on_job_enqueued(&mut self, _state: &SessionState, _job: JobId) {}
+    /// Jobs were appended to the state after the session opened (other shards' gangs lent
+    /// as `reclaim` victims); a plugin keeping per-job data extends it.
+    fn on_jobs_added(&mut self, _state: &SessionState) {}
     fn on_allocate(&mut self, _state: &SessionState, _task: TaskId) {}
     fn on_deallocate(&mut self, _state: &SessionState, _task: TaskId) {}
 }

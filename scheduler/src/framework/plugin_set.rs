@@ -84,6 +84,12 @@ impl PluginSet {
         }
     }
 
+    pub fn on_jobs_added(&mut self, state: &SessionState) {
+        for e in self.entries_mut() {
+            e.plugin.on_jobs_added(state);
+        }
+    }
+
     pub fn on_allocate(&mut self, state: &SessionState, task: TaskId) {
         for e in self.entries_mut() {
             e.plugin.on_allocate(state, task);
