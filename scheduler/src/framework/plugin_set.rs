@@ -256,6 +256,14 @@ impl PluginSet {
             .all(|e| e.plugin.reclaimable(state, reclaimer, victims) != Some(false))
     }
 
+    /// No plugin with `enableReclaimable` on rules out reclaiming from `queue` for the rest
+    /// of the session (see [`Plugin::queue_may_give_back`]).
+    pub fn queue_may_give_back(&self, state: &SessionState, queue: QueueId) -> bool {
+        self.entries()
+            .filter(|e| on(e.hooks.reclaimable))
+            .all(|e| e.plugin.queue_may_give_back(state, queue) != Some(false))
+    }
+
     pub fn victim_allowed(&self, state: &SessionState, task: TaskId) -> bool {
         self.entries()
             .filter(|e| on(e.hooks.preemptable) && on(e.hooks.reclaimable))

@@ -282,8 +282,10 @@ impl RoundView {
 impl Session {
     /// Lends the session the other shards' gangs that hold evictable pods, as jobs it does
     /// not act for, so `reclaim` may choose them as victims. Their usage is already counted
-    /// on the nodes and in their queues. Does nothing for a session of the whole cluster or
-    /// when they were lent already. Returns how many jobs were added.
+    /// on the nodes and in their queues. Gangs of queues the plugins rule out as ever giving
+    /// back in this session (`proportion`: under their deserved share) are left out. Does
+    /// nothing for a session of the whole cluster or when they were lent already. Returns
+    /// how many jobs were added.
     pub(crate) fn lend_other_shards_holders(&mut self) -> usize {
         let Some(view) = self.view.clone() else {
             return 0;
@@ -298,8 +300,13 @@ impl Session {
         let owned: &BTreeSet<ShardId> = &scope.owned;
         let v = &view.state;
         let before = self.state.jobs.len();
+        let may_give_back: Vec<bool> = (0..self.state.queues.len())
+            .map(|q| self.plugins.queue_may_give_back(&self.state, q))
+            .collect();
         for &j in &view.holders {
-            if owned.contains(&view.job_home[j]) || v.jobs[j].queue.is_none() {
+            if owned.contains(&view.job_home[j])
+                || v.jobs[j].queue.is_none_or(|q| !may_give_back[q])
+            {
                 continue;
             }
             let id = self.state.jobs.len();
@@ -552,5 +559,47 @@ mod tests {
             "{:?}",
             other.state.jobs.iter().map(|j| j.key()).collect::<Vec<_>>()
         );
+    }
+
+    /// Queue a (shard 0) runs one gang but wants far more than it holds: under its deserved
+    /// share, so `proportion` would never let reclaim take from it, and the replica of
+    /// shard 1 is not lent its gangs although it has a gang to make room for.
+    #[test]
+    fn gangs_of_a_queue_under_its_share_are_not_lent_as_victims() {
+        let map = two_shards();
+        let n = names(&map);
+        let mut cluster = Cluster::new()
+            .node(&n.n0, &[(CPU, 16_000), (GPU, 4)])
+            .node(&n.n1, &[(CPU, 16_000), (GPU, 4)])
+            .queue(weighted_queue(&n.q0, 1))
+            .queue(weighted_queue(&n.q1, 1))
+            .inqueue_group("a-running", &n.q0, 1)
+            .running_pod(
+                "a-running-0",
+                Some("a-running"),
+                &n.n0,
+                &[(CPU, 1_000), (GPU, 2)],
+            )
+            .inqueue_group("a-big", &n.q0, 1)
+            .pod("a-big-0", Some("a-big"), &[(CPU, 1_000), (GPU, 16)])
+            .inqueue_group("b", &n.q1, 2);
+        for i in 0..2 {
+            cluster = cluster.pod(&format!("b-{i}"), Some("b"), &[(CPU, 1_000), (GPU, 8)]);
+        }
+        let view = view_of(&cluster.build(), &map);
+        let conf = SchedulerConf::volcano_default();
+        let (plan, session) = run_cycle_in_view(&view, &conf, &scope(&map, 1));
+        assert!(plan.evictions.is_empty());
+        assert!(
+            session.lent_holders,
+            "b starves, so reclaim looked for victims"
+        );
+        let jobs: Vec<&str> = session
+            .state
+            .jobs
+            .iter()
+            .map(|j| j.key().name.as_str())
+            .collect();
+        assert_eq!(jobs, ["b"]);
     }
 }

@@ -310,6 +310,19 @@ impl Plugin for ProportionPlugin {
         Some(still_at_share)
     }
 
+    /// `reclaimable` refuses every victim of a queue that is not reclaimable, or whose
+    /// share would fall below 1: some resource must be held at or above its deserved
+    /// amount after the eviction, which cannot be if it is not so before.
+    fn queue_may_give_back(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
+        let q = &state.queues[queue];
+        let deserved = &self.queues[queue].deserved;
+        let at_share = q
+            .allocated
+            .iter()
+            .any(|(name, have)| have > 0 && have >= deserved.get(name.as_str()));
+        Some(q.queue.reclaimable && at_share)
+    }
+
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
         match self.enqueue_refusal(state, job) {
             Some(_) => Vote::Reject,
