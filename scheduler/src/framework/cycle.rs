@@ -55,6 +55,16 @@ pub fn run_cycle_in_view(
     run_session(view.open_session(conf, scope))
 }
 
+/// The cycle of a replica that owns every shard: it plans on the view's whole-cluster
+/// state itself (moved, not projected), with admission already decided.
+pub fn run_cycle_owning_all(
+    view: RoundView,
+    conf: &SchedulerConf,
+    scope: &crate::framework::CycleScope,
+) -> (CyclePlan, Session) {
+    run_session(view.into_session(conf, scope))
+}
+
 fn run_session(mut session: Session) -> (CyclePlan, Session) {
     for action in session.conf.actions.clone() {
         actions::run(&action, &mut session);

@@ -21,7 +21,7 @@ pub mod timeout;
 pub mod view;
 
 pub use conf::SchedulerConf;
-pub use cycle::{run_cycle, run_cycle_in_view, run_cycle_scoped};
+pub use cycle::{run_cycle, run_cycle_in_view, run_cycle_owning_all, run_cycle_scoped};
 pub use fit::{FitErrors, Unfit};
 pub use plan::{CyclePlan, Event, Eviction, GangPlacement, Placement};
 pub use plugin::{Invalid, Plugin, Vote};

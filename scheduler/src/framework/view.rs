@@ -279,6 +279,43 @@ impl RoundView {
     }
 }
 
+impl RoundView {
+    /// The session of a replica that owns every shard: the view's whole-cluster state
+    /// itself, with admission decided; nothing is projected or lent (there is no other
+    /// shard). Plugins open on it as in an unsharded session.
+    pub fn into_session(self, conf: &SchedulerConf, scope: &CycleScope) -> Session {
+        debug_assert!(
+            (0..self.map.shard_count()).all(|s| scope.owned.contains(&s)),
+            "only the owner of every shard plans on the whole state"
+        );
+        let jobs = self.state.jobs.len();
+        let mut session = Session {
+            state: self.state,
+            plugins: PluginSet::from_conf(conf),
+            conf: conf.clone(),
+            plan: CyclePlan {
+                events: self.events.into_iter().map(|(_, e)| e).collect(),
+                ..CyclePlan::default()
+            },
+            free_summary: std::cell::OnceCell::new(),
+            scope: Some(ResolvedScope {
+                job_home: self.job_home,
+                job_owned: vec![true; jobs],
+                owned: scope.owned.clone(),
+                node_shard: self.node_shard,
+                pools: self.pools,
+                split: self.map.shard_count() > 1,
+                home_pool: scope.home_pool,
+            }),
+            view: None,
+            admission_decided: true,
+            lent_holders: false,
+        };
+        session.plugins.on_session_open(&session.state);
+        session
+    }
+}
+
 impl Session {
     /// Lends the session the other shards' gangs that hold evictable pods, as jobs it does
     /// not act for, so `reclaim` may choose them as victims. Their usage is already counted
@@ -601,5 +638,19 @@ mod tests {
             .map(|j| j.key().name.as_str())
             .collect();
         assert_eq!(jobs, ["b"]);
+    }
+
+    #[test]
+    fn the_owner_of_every_shard_plans_as_a_projection_of_every_shard_would() {
+        let (map, _, snapshot) = contended();
+        let conf = SchedulerConf::volcano_default();
+        let all = CycleScope::new(map.clone(), [0, 1].into(), HomePool::Strict);
+        let view = view_of(&snapshot, &map);
+        let (projected, _) = run_cycle_in_view(&view, &conf, &all);
+        let view = RoundView::build(&snapshot, &conf, DEFAULT_SCHEDULER_NAME, &map);
+        let (whole, session) = crate::framework::run_cycle_owning_all(view, &conf, &all);
+        assert_eq!(format!("{whole:?}"), format!("{projected:?}"));
+        assert!(!whole.evictions.is_empty());
+        assert!(session.view.is_none());
     }
 }

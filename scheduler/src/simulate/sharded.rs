@@ -1285,33 +1285,44 @@ impl ShardRuntime {
             return RoundPlans::default();
         }
         let before = super::thread_cpu::thread_cpu_ns();
-        let view = std::sync::Arc::new(crate::framework::RoundView::build(
-            snapshot,
-            conf,
-            scheduler_name,
-            &self.map,
-        ));
+        let view = crate::framework::RoundView::build(snapshot, conf, scheduler_name, &self.map);
         let view_cpu = before
             .zip(super::thread_cpu::thread_cpu_ns())
             .map(|(b, a)| a.saturating_sub(b));
         self.report.view_cpu_ns += view_cpu.unwrap_or(0);
         self.report.view_rounds += 1;
-        let view = &view;
+        fn timed(cycle: impl FnOnce() -> (CyclePlan, crate::framework::Session)) -> Planned {
+            let before = super::thread_cpu::thread_cpu_ns();
+            let (plan, session) = cycle();
+            let pending = super::driver::pending_of(&session);
+            drop(session);
+            let cpu = before
+                .zip(super::thread_cpu::thread_cpu_ns())
+                .map(|(b, a)| a.saturating_sub(b));
+            (plan, pending, cpu)
+        }
+        // A replica owning every shard (one replica, or one shard) plans on the view's
+        // whole-cluster state itself: nothing to share, nothing to project.
+        let sole_owner =
+            scopes.len() == 1 && scopes[0].1.owned.len() == self.map.shard_count() as usize;
+        let (mut whole, shared) = if sole_owner {
+            (Some(view), None)
+        } else {
+            (None, Some(std::sync::Arc::new(view)))
+        };
         let results: Vec<(ReplicaId, Planned)> = std::thread::scope(|s| {
             let handles: Vec<_> = scopes
                 .iter()
                 .map(|(id, scope)| {
-                    let handle = s.spawn(move || {
-                        let before = super::thread_cpu::thread_cpu_ns();
-                        let (plan, session) =
-                            crate::framework::run_cycle_in_view(view, conf, scope);
-                        let pending = super::driver::pending_of(&session);
-                        drop(session);
-                        let cpu = before
-                            .zip(super::thread_cpu::thread_cpu_ns())
-                            .map(|(b, a)| a.saturating_sub(b));
-                        (plan, pending, cpu)
-                    });
+                    let handle = match (whole.take(), &shared) {
+                        (Some(view), _) => s.spawn(move || {
+                            timed(|| crate::framework::run_cycle_owning_all(view, conf, scope))
+                        }),
+                        (None, Some(view)) => s.spawn(move || {
+                            timed(|| crate::framework::run_cycle_in_view(view, conf, scope))
+                        }),
+                        (None, None) => unreachable!("the view is either whole or shared"),
+                    };
                     (*id, handle)
                 })
                 .collect();
