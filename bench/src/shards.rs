@@ -47,6 +47,7 @@ struct Row {
     p99_ms: f64,
     cpu_max: f64,
     cpu_mean: f64,
+    view_cpu: f64,
     proposals: u64,
     violations: usize,
     pending: usize,
@@ -150,6 +151,7 @@ fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         p99_ms: pct(&lat, 0.99),
         cpu_max: cpus.iter().copied().fold(0.0, f64::max),
         cpu_mean: cpus.iter().sum::<f64>() / cpus.len().max(1) as f64,
+        view_cpu: per_k(report.view_cpu_ns),
         proposals: report.ledger_proposals,
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
@@ -162,16 +164,16 @@ pub fn run(b: &ShardBench) -> Result<()> {
         b.nodes, b.gpus_per_node, b.pods, b.queues
     );
     println!(
-        "| replicas | shards | pods bound | wall | pods/s | cross-shard gangs (committed) | decision p50 | p99 | planning CPU-s / 1k pods / replica: max | mean | ledger proposals | violations | gangs pending at end |"
+        "| replicas | shards | pods bound | wall | pods/s | cross-shard gangs (committed) | decision p50 | p99 | planning CPU-s / 1k pods / replica: max | mean | shared view CPU-s / 1k pods | ledger proposals | violations | gangs pending at end |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut csv = String::from("series,x,y\n");
     for &r in &b.replicas {
         for &s in &b.shards {
             let row = one(b, r, s)?;
             let pods_s = row.binds as f64 / row.wall_s;
             println!(
-                "| {} | {} | {} | {:.1} s | {:.0} | {} ({}) | {:.1} ms | {:.1} ms | {:.3} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {} | {:.1} s | {:.0} | {} ({}) | {:.1} ms | {:.1} ms | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
                 row.replicas,
                 row.shards,
                 row.binds,
@@ -183,6 +185,7 @@ pub fn run(b: &ShardBench) -> Result<()> {
                 row.p99_ms,
                 row.cpu_max,
                 row.cpu_mean,
+                row.view_cpu,
                 row.proposals,
                 row.violations,
                 row.pending

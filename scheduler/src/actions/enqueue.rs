@@ -9,15 +9,17 @@ use crate::framework::Session;
 use crate::model::PodGroupPhase;
 
 pub fn run(session: &mut Session) {
+    // Admission spends one cluster-wide budget (overcommit, queue capability), so with
+    // shards it is decided once per round for every gang, in the round's shared view
+    // (`framework::view`), and a replica's session arrives with its gangs' decisions.
+    // Deciding in each replica only for its own gangs let two replicas each admit a gang
+    // into the same budget (scenario 22 at 3 replicas / 3 shards).
+    if session.admission_decided {
+        return;
+    }
     let mut turns = QueueTurns::new(session);
     for job in 0..session.state.jobs.len() {
         let j = &session.state.jobs[job];
-        // Not limited to the session's scope: admission spends one cluster-wide budget
-        // (overcommit, queue capability), so every replica decides every job's admission,
-        // identically from the same snapshot (it is cheap: no node is picked), and only its
-        // own jobs' decisions leave the session (close() writes in-scope statuses only).
-        // Deciding only its own jobs let two replicas each admit a gang into the same
-        // budget (scenario 22 at 3 replicas / 3 shards).
         if !j.is_pending_phase() || j.admission_released {
             continue;
         }

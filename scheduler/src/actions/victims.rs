@@ -70,6 +70,7 @@ pub fn run(session: &mut Session, mode: Mode) {
     };
     let enqueue_configured = session.conf.actions.iter().any(|a| a == "enqueue");
     let mut turns = QueueTurns::new(session);
+    let mut starving = 0;
     for job in 0..session.state.jobs.len() {
         if !session.in_scope(job) || !is_starving(session, job, enqueue_configured) {
             continue;
@@ -78,6 +79,13 @@ pub fn run(session: &mut Session, mode: Mode) {
             continue;
         };
         turns.add(session, queue, job);
+        starving += 1;
+    }
+    // A replica's session holds only its own shards' gangs; reclaim's victims are other
+    // queues' gangs, homed in any shard, so they are lent to it once it has a gang to
+    // make room for. They are appended, so the ids above stay valid.
+    if mode == Mode::Reclaim && starving > 0 {
+        session.lend_other_shards_holders();
     }
     // Candidate victims depend on the preemptor only through its queue (and its priority,
     // for preempt); whether each is still evictable is checked again when it is used.

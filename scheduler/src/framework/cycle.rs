@@ -11,6 +11,7 @@ use crate::framework::explain::gang_numbers;
 use crate::framework::plan::{CyclePlan, Event};
 use crate::framework::session::{JobId, Session, TaskStatus};
 use crate::framework::timeout::{TimeoutAction, format_duration};
+use crate::framework::view::RoundView;
 use crate::model::{PodGroupCondition, PodGroupPhase, PodGroupStatus};
 
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
@@ -34,11 +35,38 @@ pub fn run_cycle_scoped(
     scheduler_name: &str,
     scope: Option<&crate::framework::CycleScope>,
 ) -> (CyclePlan, Session) {
-    let mut session = Session::open(snapshot, conf, scheduler_name);
-    if let Some(scope) = scope {
-        session.set_scope(scope);
+    match scope {
+        None => run_session(Session::open(snapshot, conf, scheduler_name)),
+        Some(scope) => {
+            let view =
+                std::sync::Arc::new(RoundView::build(snapshot, conf, scheduler_name, &scope.map));
+            run_cycle_in_view(&view, conf, scope)
+        }
     }
-    for action in conf.actions.clone() {
+}
+
+/// One replica's cycle over the round's shared view: only the jobs of the shards in
+/// `scope` are materialised, placed or make room (see [`crate::framework::view`]).
+pub fn run_cycle_in_view(
+    view: &std::sync::Arc<RoundView>,
+    conf: &SchedulerConf,
+    scope: &crate::framework::CycleScope,
+) -> (CyclePlan, Session) {
+    run_session(view.open_session(conf, scope))
+}
+
+/// The cycle of a replica that owns every shard: it plans on the view's whole-cluster
+/// state itself (moved, not projected), with admission already decided.
+pub fn run_cycle_owning_all(
+    view: RoundView,
+    conf: &SchedulerConf,
+    scope: &crate::framework::CycleScope,
+) -> (CyclePlan, Session) {
+    run_session(view.into_session(conf, scope))
+}
+
+fn run_session(mut session: Session) -> (CyclePlan, Session) {
+    for action in session.conf.actions.clone() {
         actions::run(&action, &mut session);
     }
     close(&mut session);

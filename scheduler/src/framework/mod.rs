@@ -18,9 +18,10 @@ pub mod statement;
 #[cfg(test)]
 pub mod testing;
 pub mod timeout;
+pub mod view;
 
 pub use conf::SchedulerConf;
-pub use cycle::{run_cycle, run_cycle_scoped};
+pub use cycle::{run_cycle, run_cycle_in_view, run_cycle_owning_all, run_cycle_scoped};
 pub use fit::{FitErrors, Unfit};
 pub use plan::{CyclePlan, Event, Eviction, GangPlacement, Placement};
 pub use plugin::{Invalid, Plugin, Vote};
@@ -28,3 +29,4 @@ pub use plugin_set::PluginSet;
 pub use scope::{CycleScope, HomePool};
 pub use session::{JobId, NodeId, QueueId, Session, SessionState, TaskId, TaskStatus};
 pub use statement::Statement;
+pub use view::RoundView;

@@ -235,12 +235,19 @@ fn rank_all(
         last_used: 0,
         pool,
     };
-    for node in 0..session.state.nodes.len() {
-        if session.node_in_pool(node, pool) && node_fits(session, task, node).is_ok() {
+    let mut rank = |node: NodeId| {
+        if node_fits(session, task, node).is_ok() {
             let score = Score(session.plugins.node_score(&session.state, task, node));
             ranked.ranked.insert((score, node));
             ranked.score_of.insert(node, score);
         }
+    };
+    // A home pool is ranked from its own node list, not by filtering the whole cluster.
+    match pool.and_then(|p| session.pool_nodes(p)) {
+        Some(nodes) => nodes.iter().copied().for_each(&mut rank),
+        None => (0..session.state.nodes.len())
+            .filter(|&node| session.node_in_pool(node, pool))
+            .for_each(rank),
     }
     ranked
 }

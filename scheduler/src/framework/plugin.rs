@@ -104,7 +104,17 @@ pub trait Plugin: std::fmt::Debug + Send {
         None
     }
 
+    /// Could any pod of `queue` be reclaimed in the rest of this session, given that the
+    /// queue's usage can only fall (its jobs are not placed by this session)? `Some(false)`
+    /// lets a replica skip lending that queue's gangs as victims. `None` abstains.
+    fn queue_may_give_back(&self, _state: &SessionState, _queue: QueueId) -> Option<bool> {
+        None
+    }
+
     fn on_job_enqueued(&mut self, _state: &SessionState, _job: JobId) {}
+    /// Jobs were appended to the state after the session opened (other shards' gangs lent
+    /// as `reclaim` victims); a plugin keeping per-job data extends it.
+    fn on_jobs_added(&mut self, _state: &SessionState) {}
     fn on_allocate(&mut self, _state: &SessionState, _task: TaskId) {}
     fn on_deallocate(&mut self, _state: &SessionState, _task: TaskId) {}
 }

@@ -84,6 +84,12 @@ impl PluginSet {
         }
     }
 
+    pub fn on_jobs_added(&mut self, state: &SessionState) {
+        for e in self.entries_mut() {
+            e.plugin.on_jobs_added(state);
+        }
+    }
+
     pub fn on_allocate(&mut self, state: &SessionState, task: TaskId) {
         for e in self.entries_mut() {
             e.plugin.on_allocate(state, task);
@@ -248,6 +254,14 @@ impl PluginSet {
         self.entries()
             .filter(|e| on(e.hooks.reclaimable))
             .all(|e| e.plugin.reclaimable(state, reclaimer, victims) != Some(false))
+    }
+
+    /// No plugin with `enableReclaimable` on rules out reclaiming from `queue` for the rest
+    /// of the session (see [`Plugin::queue_may_give_back`]).
+    pub fn queue_may_give_back(&self, state: &SessionState, queue: QueueId) -> bool {
+        self.entries()
+            .filter(|e| on(e.hooks.reclaimable))
+            .all(|e| e.plugin.queue_may_give_back(state, queue) != Some(false))
     }
 
     pub fn victim_allowed(&self, state: &SessionState, task: TaskId) -> bool {

@@ -1,10 +1,11 @@
 //! What one scheduler replica plans in a cycle when the cluster is split into shards.
 //!
-//! The session still holds the whole cluster (every queue, job, pod and node), so shares
-//! (proportion, drf) come from whole-cluster usage and demand. The scope only says which
-//! jobs this replica may act for (those of queues homed in shards it owns: enqueue,
-//! allocate, backfill, preempt/reclaim as preemptor or reclaimer) and which nodes form each
-//! shard's pool. Node choice with a scope: the gang's home pool first; a gang that does not
+//! A replica's session is projected from the round's shared view
+//! ([`crate::framework::view`]): it holds the jobs of queues homed in shards it owns (it
+//! allocates, backfills, preempts and reclaims for them; admission was decided once for
+//! the whole cluster in the view), while shares (proportion, drf) still come from
+//! whole-cluster usage and demand. The scope says which shards it owns and which nodes
+//! form each shard's pool. Node choice with a scope: the gang's home pool first; a gang that does not
 //! fit there is planned over the whole cluster (it then becomes a cross-shard transaction).
 //! Preempt/reclaim choose victims over the whole cluster, as without shards: a queue's
 //! deserved share is a whole-cluster quantity, and the queue above it may hold its GPUs in
@@ -68,10 +69,13 @@ impl std::str::FromStr for HomePool {
 pub struct ResolvedScope {
     /// Per job: its home shard (the shard of its PodGroup's queue name).
     pub job_home: Vec<ShardId>,
-    /// Per job: whether this replica owns its home shard.
+    /// Per job: whether this replica owns its home shard (false for gangs lent as victims).
     pub job_owned: Vec<bool>,
-    /// Per node: the shard whose pool holds it.
-    pub node_shard: Vec<ShardId>,
+    pub owned: BTreeSet<ShardId>,
+    /// Per node: the shard whose pool holds it (shared by the round's sessions).
+    pub node_shard: std::sync::Arc<Vec<ShardId>>,
+    /// Per shard: the nodes of its pool, in id order (shared by the round's sessions).
+    pub pools: std::sync::Arc<Vec<Vec<crate::framework::NodeId>>>,
     /// More than one shard: the home pool is a strict part of the cluster.
     pub split: bool,
     pub home_pool: HomePool,

@@ -242,12 +242,110 @@ impl QueueInfo {
     }
 }
 
+/// The nodes of a session, indexed by [`NodeId`] (node names in order).
+///
+/// A replica's session shares the round's whole-cluster table read-only
+/// ([`crate::framework::RoundView`]) and copies a node only when it changes it, so it reaches
+/// every pool's nodes without building per-node structures for the whole cluster. A table
+/// nobody else holds is changed in place (an unscoped session never copies).
+#[derive(Clone)]
+pub struct Nodes {
+    shared: Arc<Vec<NodeInfo>>,
+    /// Per node: 1 + its index in `copies` once this session changed it, else 0. Empty
+    /// until the first copy.
+    copy_slot: Vec<u32>,
+    copies: Vec<NodeInfo>,
+}
+
+impl Nodes {
+    pub fn new(nodes: Vec<NodeInfo>) -> Self {
+        Self::from_shared(Arc::new(nodes))
+    }
+
+    pub fn from_shared(shared: Arc<Vec<NodeInfo>>) -> Self {
+        Self {
+            shared,
+            copy_slot: Vec::new(),
+            copies: Vec::new(),
+        }
+    }
+
+    /// The table as it stands, to be shared read-only by other sessions.
+    pub fn share(&self) -> Arc<Vec<NodeInfo>> {
+        if self.copies.is_empty() {
+            Arc::clone(&self.shared)
+        } else {
+            Arc::new(self.iter().cloned().collect())
+        }
+    }
+
+    /// How many nodes this session copied out of a shared table (changed nodes).
+    pub fn copied(&self) -> usize {
+        self.copies.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shared.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
+        (0..self.len()).map(move |n| &self[n])
+    }
+}
+
+impl std::ops::Index<NodeId> for Nodes {
+    type Output = NodeInfo;
+    fn index(&self, node: NodeId) -> &NodeInfo {
+        match self.copy_slot.get(node) {
+            Some(&slot) if slot != 0 => &self.copies[slot as usize - 1],
+            _ => &self.shared[node],
+        }
+    }
+}
+
+impl std::ops::IndexMut<NodeId> for Nodes {
+    fn index_mut(&mut self, node: NodeId) -> &mut NodeInfo {
+        // In place only while nothing was copied: once a copy exists, reads go to it even
+        // if the table became this session's alone.
+        if self.copy_slot.is_empty() && Arc::get_mut(&mut self.shared).is_some() {
+            return &mut Arc::get_mut(&mut self.shared).expect("checked just above")[node];
+        }
+        if self.copy_slot.is_empty() {
+            self.copy_slot = vec![0; self.shared.len()];
+        }
+        if self.copy_slot[node] == 0 {
+            self.copies.push(self.shared[node].clone());
+            self.copy_slot[node] = self.copies.len() as u32;
+        }
+        let slot = self.copy_slot[node] as usize - 1;
+        &mut self.copies[slot]
+    }
+}
+
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a Nodes {
+    type Item = &'a NodeInfo;
+    type IntoIter = Box<dyn Iterator<Item = &'a NodeInfo> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
 /// The data of one cycle. Plugins read it; only the session's own methods change it.
 #[derive(Debug)]
 pub struct SessionState {
     pub now_ms: TimeMs,
-    pub nodes: Vec<NodeInfo>,
-    pub node_index: HashMap<String, NodeId>,
+    pub nodes: Nodes,
+    pub node_index: Arc<HashMap<String, NodeId>>,
     pub tasks: Vec<TaskInfo>,
     pub jobs: Vec<JobInfo>,
     pub queues: Vec<QueueInfo>,
@@ -269,6 +367,9 @@ pub struct SessionState {
     pub never_preempt_classes: Vec<String>,
     /// Timeout defaults of the configuration.
     pub timeouts: TimeoutDefaults,
+    /// For a replica's session, which holds only its own shards' jobs: the whole cluster's
+    /// figures that shares are computed from (`None`: this state is the whole cluster).
+    pub whole: Option<crate::framework::view::WholeCluster>,
 }
 
 /// A scheduling session: the state plus the plugins chosen by the configuration.
@@ -284,6 +385,13 @@ pub struct Session {
     /// Per-shard planning: which jobs this replica acts for, and the pools (`None`: the
     /// whole cluster, every job).
     pub scope: Option<crate::framework::scope::ResolvedScope>,
+    /// The round's shared view this session was projected from (a replica's session): it
+    /// lends other shards' running gangs when `reclaim` needs victims.
+    pub(crate) view: Option<Arc<crate::framework::view::RoundView>>,
+    /// Admission (`enqueue`) was decided once for the whole cluster, in the round's view.
+    pub admission_decided: bool,
+    /// Other shards' running gangs were lent for `reclaim` ([`Self::lend_other_shards_holders`]).
+    pub(crate) lent_holders: bool,
 }
 
 impl Session {
@@ -325,34 +433,13 @@ impl Session {
             plan: CyclePlan::default(),
             free_summary: std::cell::OnceCell::new(),
             scope: None,
+            view: None,
+            admission_decided: false,
+            lent_holders: false,
         };
         session.plan.events = events;
         session.plugins.on_session_open(&session.state);
         session
-    }
-
-    /// Restricts the session to a replica's shards (see [`crate::framework::scope`]).
-    pub fn set_scope(&mut self, scope: &crate::framework::CycleScope) {
-        let job_home: Vec<_> = self
-            .state
-            .jobs
-            .iter()
-            .map(|j| scope.map.shard_of_queue(&j.pod_group.queue))
-            .collect();
-        let job_owned = job_home.iter().map(|h| scope.owned.contains(h)).collect();
-        let node_shard = self
-            .state
-            .nodes
-            .iter()
-            .map(|n| scope.map.shard_of(&n.node))
-            .collect();
-        self.scope = Some(crate::framework::scope::ResolvedScope {
-            job_home,
-            job_owned,
-            node_shard,
-            split: scope.map.shard_count() > 1,
-            home_pool: scope.home_pool,
-        });
     }
 
     /// Whether this session acts for `job` (always, without a scope).
@@ -381,6 +468,14 @@ impl Session {
             (Some(p), Some(s)) => s.node_shard[node] == p,
             _ => true,
         }
+    }
+
+    /// The nodes of shard `pool`'s pool in id order, when the session is split into pools.
+    pub fn pool_nodes(&self, pool: u32) -> Option<&[NodeId]> {
+        self.scope
+            .as_ref()
+            .and_then(|s| s.pools.get(pool as usize))
+            .map(Vec::as_slice)
     }
 
     /// Records a tentative allocation in the state and tells the plugins. Called by
@@ -465,8 +560,8 @@ impl SessionState {
 
         let mut state = SessionState {
             now_ms: snapshot.now_ms,
-            nodes,
-            node_index,
+            nodes: Nodes::new(nodes),
+            node_index: Arc::new(node_index),
             tasks: Vec::with_capacity(snapshot.pods.len()),
             jobs: Vec::new(),
             queues,
@@ -478,6 +573,7 @@ impl SessionState {
             default_priority,
             never_preempt_classes,
             timeouts: TimeoutDefaults::default(),
+            whole: None,
         };
 
         let mut job_index: HashMap<ObjectKey, JobId> = HashMap::new();

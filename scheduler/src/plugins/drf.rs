@@ -29,6 +29,13 @@ impl Plugin for DrfPlugin {
             .collect();
     }
 
+    fn on_jobs_added(&mut self, state: &SessionState) {
+        for job in &state.jobs[self.shares.len()..] {
+            self.shares
+                .push(job.allocated.share_of(&state.total_allocatable));
+        }
+    }
+
     fn job_order(&self, _state: &SessionState, a: JobId, b: JobId) -> Ordering {
         self.shares[a].total_cmp(&self.shares[b])
     }

@@ -90,7 +90,8 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
     let mut shares: Vec<QueueShare> = state
         .queues
         .iter()
-        .map(|q| {
+        .enumerate()
+        .map(|(qid, q)| {
             let mut real_capability = total.clone();
             real_capability.sub_clamped(&total_guarantee);
             real_capability.add(&q.queue.guarantee);
@@ -99,7 +100,25 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
             }
             let mut request = q.allocated.clone();
             let mut inqueue = Resources::new();
-            for &j in &q.jobs {
+            // A queue whose jobs this (replica's) session does not hold: its pending
+            // requests are the whole cluster's, its usage the session's (lent victims may
+            // have been evicted from it).
+            if let Some(figures) = state.whole.as_ref().and_then(|w| w.foreign(qid)) {
+                request.add(&figures.pending_request[qid]);
+                if let Some(share) = figures.queue_shares.get(qid) {
+                    inqueue = share.inqueue.clone();
+                }
+            }
+            let jobs: &[usize] = if state
+                .whole
+                .as_ref()
+                .is_some_and(|w| w.foreign(qid).is_some())
+            {
+                &[]
+            } else {
+                &q.jobs
+            };
+            for &j in jobs {
                 let job = &state.jobs[j];
                 for &t in &job.tasks {
                     if state.tasks[t].status == TaskStatus::Pending && state.tasks[t].managed {
@@ -135,7 +154,17 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
     // As in Volcano, whose proportion plugin knows only the queues that have jobs, a queue
     // without jobs takes no part: it deserves nothing, not even its guarantee (the others'
     // real capability already leaves that guarantee out).
-    let mut met: Vec<bool> = state.queues.iter().map(|q| q.jobs.is_empty()).collect();
+    let mut met: Vec<bool> = state
+        .queues
+        .iter()
+        .enumerate()
+        .map(
+            |(qid, q)| match state.whole.as_ref().and_then(|w| w.foreign(qid)) {
+                Some(figures) => !figures.queue_has_jobs[qid],
+                None => q.jobs.is_empty(),
+            },
+        )
+        .collect();
     for (qid, q) in state.queues.iter().enumerate() {
         if met[qid] {
             continue;
@@ -202,7 +231,12 @@ impl Plugin for ProportionPlugin {
     }
 
     fn on_session_open(&mut self, state: &SessionState) {
-        self.queues = compute_deserved(state);
+        // A replica's session holds only its own shards' jobs: the shares were computed
+        // once for the whole cluster, as in an unsharded session.
+        self.queues = match &state.whole {
+            Some(whole) => whole.figures.queue_shares.clone(),
+            None => compute_deserved(state),
+        };
     }
 
     /// Higher `spec.priority` first, then the least-served (smallest share) first.
@@ -274,6 +308,19 @@ impl Plugin for ProportionPlugin {
             have > 0 && have >= d
         });
         Some(still_at_share)
+    }
+
+    /// `reclaimable` refuses every victim of a queue that is not reclaimable, or whose
+    /// share would fall below 1: some resource must be held at or above its deserved
+    /// amount after the eviction, which cannot be if it is not so before.
+    fn queue_may_give_back(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
+        let q = &state.queues[queue];
+        let deserved = &self.queues[queue].deserved;
+        let at_share = q
+            .allocated
+            .iter()
+            .any(|(name, have)| have > 0 && have >= deserved.get(name.as_str()));
+        Some(q.queue.reclaimable && at_share)
     }
 
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {

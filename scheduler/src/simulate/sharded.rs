@@ -170,6 +170,10 @@ pub struct ShardReport {
     /// per-thread CPU clock) and rounds it planned.
     pub plan_cpu_ns: BTreeMap<ReplicaId, u64>,
     pub plan_rounds: BTreeMap<ReplicaId, u64>,
+    /// Thread CPU time of building the rounds' shared views (whole-cluster state,
+    /// admission, per-queue shares: once per round, not per replica) and rounds built.
+    pub view_cpu_ns: u64,
+    pub view_rounds: u64,
     /// Wall-clock milliseconds from a cross-shard transaction's start (its `TxnBegin`
     /// proposal is the coordinator's first command) to its decision being reported.
     pub txn_decision_ms: Vec<f64>,
@@ -1297,8 +1301,11 @@ impl ShardRuntime {
 
     /// Each running replica plans the shards it owns (as it last learned them) on its own
     /// OS thread, all from the same round snapshot: the plans are pure functions of
-    /// (snapshot, scope), so the result does not depend on thread timing. Also returns the
-    /// plans merged (for the driver's statistics) and the pending reasons of every
+    /// (snapshot, scope), so the result does not depend on thread timing. What every
+    /// replica would compute alike (the whole cluster's state, admission, per-queue usage
+    /// and shares) is computed once first, into the round's shared view
+    /// ([`crate::framework::view`]); its CPU is counted apart (`view_cpu_ns`). Also returns
+    /// the plans merged (for the driver's statistics) and the pending reasons of every
     /// replica's own jobs.
     pub fn plan_round(
         &mut self,
@@ -1322,25 +1329,48 @@ impl ShardRuntime {
             })
             .collect();
         type Planned = (CyclePlan, Vec<(ObjectKey, String)>, Option<u64>);
+        if scopes.is_empty() {
+            return RoundPlans::default();
+        }
+        let before = super::thread_cpu::thread_cpu_ns();
+        let view = crate::framework::RoundView::build(snapshot, conf, scheduler_name, &self.map);
+        let view_cpu = before
+            .zip(super::thread_cpu::thread_cpu_ns())
+            .map(|(b, a)| a.saturating_sub(b));
+        self.report.view_cpu_ns += view_cpu.unwrap_or(0);
+        self.report.view_rounds += 1;
+        fn timed(cycle: impl FnOnce() -> (CyclePlan, crate::framework::Session)) -> Planned {
+            let before = super::thread_cpu::thread_cpu_ns();
+            let (plan, session) = cycle();
+            let pending = super::driver::pending_of(&session);
+            drop(session);
+            let cpu = before
+                .zip(super::thread_cpu::thread_cpu_ns())
+                .map(|(b, a)| a.saturating_sub(b));
+            (plan, pending, cpu)
+        }
+        // A replica owning every shard (one replica, or one shard) plans on the view's
+        // whole-cluster state itself: nothing to share, nothing to project.
+        let sole_owner =
+            scopes.len() == 1 && scopes[0].1.owned.len() == self.map.shard_count() as usize;
+        let (mut whole, shared) = if sole_owner {
+            (Some(view), None)
+        } else {
+            (None, Some(std::sync::Arc::new(view)))
+        };
         let results: Vec<(ReplicaId, Planned)> = std::thread::scope(|s| {
             let handles: Vec<_> = scopes
                 .iter()
                 .map(|(id, scope)| {
-                    let handle = s.spawn(move || {
-                        let before = super::thread_cpu::thread_cpu_ns();
-                        let (plan, session) = crate::framework::run_cycle_scoped(
-                            snapshot,
-                            conf,
-                            scheduler_name,
-                            Some(scope),
-                        );
-                        let pending = super::driver::pending_of(&session);
-                        drop(session);
-                        let cpu = before
-                            .zip(super::thread_cpu::thread_cpu_ns())
-                            .map(|(b, a)| a.saturating_sub(b));
-                        (plan, pending, cpu)
-                    });
+                    let handle = match (whole.take(), &shared) {
+                        (Some(view), _) => s.spawn(move || {
+                            timed(|| crate::framework::run_cycle_owning_all(view, conf, scope))
+                        }),
+                        (None, Some(view)) => s.spawn(move || {
+                            timed(|| crate::framework::run_cycle_in_view(view, conf, scope))
+                        }),
+                        (None, None) => unreachable!("the view is either whole or shared"),
+                    };
                     (*id, handle)
                 })
                 .collect();
