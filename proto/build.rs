@@ -1,7 +1,11 @@
 //! Compiles the .proto files with protox (pure Rust): a fresh machine needs no protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/raft.proto", "proto/ledger.proto"];
+    let files = [
+        "proto/raft.proto",
+        "proto/ledger.proto",
+        "proto/coord.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -49,6 +49,8 @@ struct Row {
     cpu_mean: f64,
     view_cpu: f64,
     proposals: u64,
+    /// 2PC messages between replicas acknowledged over gRPC, refused, within a replica.
+    messages: (u64, u64, u64),
     violations: usize,
     pending: usize,
 }
@@ -153,6 +155,11 @@ fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         cpu_mean: cpus.iter().sum::<f64>() / cpus.len().max(1) as f64,
         view_cpu: per_k(report.view_cpu_ns),
         proposals: report.ledger_proposals,
+        messages: (
+            report.coord_messages_grpc,
+            report.coord_messages_refused,
+            report.coord_messages_local,
+        ),
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
     })
@@ -168,6 +175,7 @@ pub fn run(b: &ShardBench) -> Result<()> {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut csv = String::from("series,x,y\n");
+    let mut notes = Vec::new();
     for &r in &b.replicas {
         for &s in &b.shards {
             let row = one(b, r, s)?;
@@ -190,11 +198,20 @@ pub fn run(b: &ShardBench) -> Result<()> {
                 row.violations,
                 row.pending
             );
+            let (grpc, refused, local) = row.messages;
+            notes.push(format!(
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC, {refused} refused or lost, {local} within a replica",
+                row.replicas, row.shards
+            ));
             csv.push_str(&format!(
                 "{} replicas,{},{:.1}\n",
                 row.replicas, row.shards, pods_s
             ));
         }
+    }
+    println!();
+    for n in notes {
+        println!("{n}");
     }
     if let Some(path) = &b.csv {
         std::fs::write(path, csv)?;

@@ -5,7 +5,8 @@
 //! |---|---|---|
 //! | [`raft`] | `phalanx.raft.v1` | `RaftService` (AppendEntries, Vote, InstallSnapshot) |
 //! | [`ledger`] | `phalanx.ledger.v1` | `LedgerService` (Propose, Read) |
-//! | reserved | `phalanx.coord.v1`, `phalanx.admin.v1` | names only, see `proto/RESERVED.md` |
+//! | [`coord`] | `phalanx.coord.v1` | `CoordinatorService` (Prepare, PrepareReply, Decide, Query) |
+//! | reserved | `phalanx.admin.v1` | name only, see `proto/RESERVED.md` |
 
 /// The generated packages, nested as their proto package names are (the generated code
 /// refers to sibling packages through `super::`).
@@ -18,6 +19,13 @@ pub mod phalanx {
             tonic::include_proto!("phalanx.raft.v1");
         }
     }
+    /// `phalanx.coord`.
+    pub mod coord {
+        /// `phalanx.coord.v1`: two-phase reservation between shard owners.
+        pub mod v1 {
+            tonic::include_proto!("phalanx.coord.v1");
+        }
+    }
     /// `phalanx.ledger`.
     pub mod ledger {
         /// `phalanx.ledger.v1`: the ledger client API.
@@ -27,5 +35,6 @@ pub mod phalanx {
     }
 }
 
+pub use phalanx::coord::v1 as coord;
 pub use phalanx::ledger::v1 as ledger;
 pub use phalanx::raft::v1 as raft;

@@ -205,4 +205,6 @@ fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
         "{out}"
     );
     assert!(out.contains(", 0 failed"), "{out}");
+    assert!(out.contains("2PC messages: "), "{out}");
+    assert!(out.contains(" sent over gRPC, "), "{out}");
 }

@@ -255,6 +255,9 @@ fn a_participant_killed_on_its_prepare_delays_the_gang_but_nothing_leaks() {
         report.replica_events.iter().any(|e| e.contains("prepare")),
         "{text}"
     );
+    // The coordinator's resends reach the dead participant's closed port until its shard
+    // moves: refused at connect, and lost.
+    assert!(report.coord_messages_refused > 0, "{text}");
     assert!(report.moves.iter().any(|m| m.from.is_some()), "{text}");
     assert_clean(&outcome, &mut ledger);
 }
@@ -321,6 +324,10 @@ fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_n
     assert_eq!(rt.report.txns_started, 2, "{text}");
     assert_eq!(rt.report.txns_committed, 1, "{text}");
     assert_eq!(rt.report.txns_aborted, 1, "{text}");
+    // Each transaction has a participant on the other replica: its prepare and the answer
+    // went over gRPC, none was refused.
+    assert!(rt.report.coord_messages_grpc >= 4, "{text}");
+    assert_eq!(rt.report.coord_messages_refused, 0, "{text}");
     let winner = &performed.gangs[0].gang.name;
     for pod in sim.pods() {
         assert_eq!(

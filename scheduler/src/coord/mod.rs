@@ -19,6 +19,7 @@ pub mod coordinator;
 pub mod messages;
 pub mod participant;
 pub mod recovery;
+pub mod service;
 pub mod txn_id;
 
 #[cfg(test)]

@@ -26,9 +26,15 @@
 //! planned on capacity another replica took first is refused whole and retried. This is
 //! why the outcome does not depend on `--replicas` or `--shards`.
 //!
-//! Messages between replicas (prepare, reply, decision) are delivered in process, in order;
-//! a message to a replica that is down is lost (the coordinator resends on its tick, the
-//! ledger's deadline aborts what nobody finishes).
+//! Messages between replicas (prepare, reply, decision) travel over gRPC: each replica serves
+//! `CoordinatorService` on its own 127.0.0.1 port (`coord::service::loopback`), and the pump
+//! sends one message at a time, waits for the receiver's Ack (it has queued the message),
+//! then takes what was queued into its work queue, where an in-process hand-over would have
+//! put it: the order of events does not depend on the transport. A message between the
+//! coordinator and a participant of the same replica stays in process. A message to a
+//! replica that is down (server stopped), paused or cut off (UNAVAILABLE), or that does not
+//! own the shard at the sender's epoch (FAILED_PRECONDITION) is lost: the coordinator
+//! resends on its tick, and the ledger's deadline aborts what nobody finishes.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
@@ -39,6 +45,8 @@ use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacemen
 
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
+use crate::coord::service::loopback::LoopbackNet;
+use crate::coord::service::{self, CoordMessage, Delivery, Route, SharedCoordinators};
 use crate::coord::{
     CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
     ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result, decide_result,
@@ -113,7 +121,9 @@ struct Replica {
     health: Health,
     /// Shards and epochs as this replica last learned them from the ledger.
     owned: BTreeMap<ShardId, Epoch>,
-    coords: BTreeMap<ShardId, Coordinator>,
+    /// Shared with its `CoordinatorService` server, which checks routes against them and
+    /// answers `Query` from them.
+    coords: SharedCoordinators,
     parts: BTreeMap<ShardId, Participant>,
     /// After a pause or a partition: it acts on `owned` before it reads the ledger again.
     stale_view: bool,
@@ -124,7 +134,7 @@ impl Replica {
         Self {
             health: Health::Up,
             owned: BTreeMap::new(),
-            coords: BTreeMap::new(),
+            coords: SharedCoordinators::default(),
             parts: BTreeMap::new(),
             stale_view: false,
         }
@@ -157,6 +167,12 @@ pub struct ShardReport {
     pub txns_unfinished: usize,
     /// Undecided transactions the ledger aborted at their deadline (`ExpireAt`).
     pub txns_expired: usize,
+    /// 2PC messages between replicas acknowledged over gRPC, refused or lost on the way
+    /// (receiver down, paused, cut off, or not the owner at the sender's epoch), and handed
+    /// over within one replica (its coordinator and participant).
+    pub coord_messages_grpc: u64,
+    pub coord_messages_refused: u64,
+    pub coord_messages_local: u64,
     /// `(txn, outcome, reason)` of every transaction report.
     pub txn_log: Vec<String>,
     /// Writes the ledger refused because their epoch was stale (a deposed owner's).
@@ -218,6 +234,11 @@ impl ShardReport {
             self.txns_rejected,
             self.txns_unfinished,
             self.txns_expired
+        );
+        let _ = writeln!(
+            out,
+            "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica",
+            self.coord_messages_grpc, self.coord_messages_refused, self.coord_messages_local
         );
         for e in &self.replica_events {
             let _ = writeln!(out, "replica fault: {e}");
@@ -321,6 +342,8 @@ pub struct ShardRuntime {
     txn_started_at: BTreeMap<TxnId, std::time::Instant>,
     /// Replicas killed and not restarted, oldest first (`restart:last` takes the last).
     killed: Vec<ReplicaId>,
+    /// Each replica's `CoordinatorService` on loopback, and the channels between them.
+    net: LoopbackNet,
     pub report: ShardReport,
 }
 
@@ -335,7 +358,15 @@ impl ShardRuntime {
             return Err("--replicas 0: at least one replica is needed".into());
         }
         let map = ShardMap::new(sharding).map_err(|e| e.to_string())?;
-        let replicas = (1..=opts.replicas).map(|r| (r, Replica::new())).collect();
+        let replicas: BTreeMap<ReplicaId, Replica> =
+            (1..=opts.replicas).map(|r| (r, Replica::new())).collect();
+        let mut net =
+            LoopbackNet::new().map_err(|e| format!("starting the replicas' gRPC runtime: {e}"))?;
+        for (id, r) in &replicas {
+            net.serve(*id, r.coords.clone()).map_err(|e| {
+                format!("replica {id}: serving CoordinatorService on 127.0.0.1: {e}")
+            })?;
+        }
         Ok(Self {
             report: ShardReport {
                 shards: map.shard_count(),
@@ -360,6 +391,7 @@ impl ShardRuntime {
             recovery: VecDeque::new(),
             txn_started_at: BTreeMap::new(),
             killed: Vec::new(),
+            net,
         })
     }
 
@@ -501,12 +533,19 @@ impl ShardRuntime {
         let what = match fault {
             LedgerFault::Kill(_) => {
                 r.health = Health::Killed;
-                r.coords.clear();
+                service::lock(&r.coords).clear();
                 r.parts.clear();
                 "killed"
             }
             LedgerFault::Restart(_) => {
                 *r = Replica::new();
+                // A new process: a new server (on a new port) over its new coordinators.
+                let coords = r.coords.clone();
+                if let Err(e) = self.net.serve(id, coords) {
+                    self.report.replica_events.push(format!(
+                        "replica {id}: serving CoordinatorService after the restart: {e}"
+                    ));
+                }
                 "restarted with an empty view"
             }
             LedgerFault::Isolate(_) => {
@@ -530,6 +569,7 @@ impl ShardRuntime {
             }
             LedgerFault::KillLeader => "",
         };
+        self.server_follows_health(id);
         let line = format!(
             "{:.1}s replica {id} {what}{ledger_part}",
             now_ms as f64 / 1000.0
@@ -553,7 +593,8 @@ impl ShardRuntime {
         errors: &mut Vec<String>,
     ) {
         let now = sim.now_ms();
-        for r in self.replicas.values_mut() {
+        let mut resumed = Vec::new();
+        for (id, r) in &mut self.replicas {
             if let Health::Paused {
                 until_ms: Some(until),
             } = r.health
@@ -561,7 +602,11 @@ impl ShardRuntime {
             {
                 r.health = Health::Up;
                 r.stale_view = true;
+                resumed.push(*id);
             }
+        }
+        for id in resumed {
+            self.server_follows_health(id);
         }
         let up: Vec<ReplicaId> = self.up();
         for id in &up {
@@ -581,7 +626,7 @@ impl ShardRuntime {
         let mut mail = std::mem::take(&mut self.recovery);
         for id in &up {
             let r = self.replicas.get_mut(id).expect("listed as up");
-            for (shard, c) in &mut r.coords {
+            for (shard, c) in service::lock(&r.coords).iter_mut() {
                 let epoch = c.epoch();
                 mail.extend(
                     c.step(CoordEvent::Tick { now_ms: now })
@@ -698,7 +743,8 @@ impl ShardRuntime {
         if r.owned == mine {
             return;
         }
-        r.coords.retain(|s, c| mine.get(s) == Some(&c.epoch()));
+        let mut coords = service::lock(&r.coords);
+        coords.retain(|s, c| mine.get(s) == Some(&c.epoch()));
         r.parts.retain(|s, p| mine.get(s) == Some(&p.epoch()));
         let gained: Vec<(ShardId, Epoch)> = mine
             .iter()
@@ -707,7 +753,7 @@ impl ShardRuntime {
             .collect();
         r.owned = mine;
         for (shard, epoch) in &gained {
-            r.coords.insert(
+            coords.insert(
                 *shard,
                 Coordinator::new(*shard, *epoch, CoordConfig::default()),
             );
@@ -716,6 +762,7 @@ impl ShardRuntime {
                 Participant::new(*shard, *epoch, ParticipantConfig::default()),
             );
         }
+        drop(coords);
         let Some((state, ledger)) = recover else {
             return;
         };
@@ -828,17 +875,14 @@ impl ShardRuntime {
                     epoch,
                     event,
                 } => {
-                    let Some(c) = self.replicas.get_mut(&to).and_then(|r| {
-                        (r.health == Health::Up)
-                            .then(|| r.coords.get_mut(&shard))
-                            .flatten()
-                    }) else {
+                    let Some(r) = self.replicas.get(&to).filter(|r| r.health == Health::Up) else {
                         continue;
                     };
-                    if c.epoch() != epoch {
-                        continue;
-                    }
-                    work.extend(c.step(event).into_iter().map(|cmd| Work::FromCoord {
+                    let cmds = match service::lock(&r.coords).get_mut(&shard) {
+                        Some(c) if c.epoch() == epoch => c.step(event),
+                        _ => continue,
+                    };
+                    work.extend(cmds.into_iter().map(|cmd| Work::FromCoord {
                         from: to,
                         shard,
                         epoch,
@@ -932,16 +976,17 @@ impl ShardRuntime {
                             reply,
                         } => {
                             if let Some((owner, e)) = self.owners.get(&to).copied() {
-                                work.push_back(Work::ToCoord {
-                                    to: owner,
-                                    shard: to,
-                                    epoch: e,
-                                    event: CoordEvent::ParticipantReply {
-                                        txn,
-                                        shard: part,
-                                        reply,
+                                let m = CoordMessage::Reply {
+                                    route: Route {
+                                        shard: to,
+                                        epoch: e,
                                     },
-                                });
+                                    txn,
+                                    participant: part,
+                                    participant_epoch: epoch,
+                                    reply,
+                                };
+                                self.deliver(from, owner, m, &mut work);
                             }
                         }
                     }
@@ -1010,12 +1055,15 @@ impl ShardRuntime {
             }
             CoordCommand::SendPrepare { shard: to, prepare } => {
                 if let Some((owner, e)) = self.owners.get(&to).copied() {
-                    work.push_back(Work::ToPart {
-                        to: owner,
-                        shard: to,
-                        epoch: e,
-                        event: ParticipantEvent::Prepare(prepare),
-                    });
+                    let m = CoordMessage::Prepare {
+                        route: Route {
+                            shard: to,
+                            epoch: e,
+                        },
+                        coordinator_epoch: epoch,
+                        prepare,
+                    };
+                    self.deliver(from, owner, m, work);
                 }
             }
             CoordCommand::SendDecision {
@@ -1024,12 +1072,17 @@ impl ShardRuntime {
                 decision,
             } => {
                 if let Some((owner, e)) = self.owners.get(&to).copied() {
-                    work.push_back(Work::ToPart {
-                        to: owner,
-                        shard: to,
-                        epoch: e,
-                        event: ParticipantEvent::Decided { txn, decision },
-                    });
+                    let m = CoordMessage::Decide {
+                        route: Route {
+                            shard: to,
+                            epoch: e,
+                        },
+                        txn,
+                        coordinator: shard,
+                        coordinator_epoch: epoch,
+                        decision,
+                    };
+                    self.deliver(from, owner, m, work);
                 }
             }
             CoordCommand::Bind { txn, pods, .. } => {
@@ -1082,6 +1135,60 @@ impl ShardRuntime {
                 self.dirty = true;
             }
         }
+    }
+
+    /// Hands a message from replica `from` to replica `to`: over gRPC when they differ,
+    /// blocking until the receiver has queued it, then from the receivers' queues (in
+    /// replica order) to the back of `work`, where an in-process hand-over puts it, so the
+    /// order of events is the same whatever the transport. Within one replica it is
+    /// handed over directly. A refused message is lost.
+    fn deliver(
+        &mut self,
+        from: ReplicaId,
+        to: ReplicaId,
+        m: CoordMessage,
+        work: &mut VecDeque<Work>,
+    ) {
+        if from == to {
+            self.report.coord_messages_local += 1;
+            work.push_back(work_of(to, m.into_delivery()));
+            return;
+        }
+        match self.net.send(to, &m) {
+            Ok(()) => self.report.coord_messages_grpc += 1,
+            Err(_) => self.report.coord_messages_refused += 1,
+        }
+        work.extend(
+            self.net
+                .take_delivered()
+                .into_iter()
+                .map(|(id, d)| work_of(id, d)),
+        );
+    }
+
+    /// Replica `id`'s server does what its health says: serve when up, answer UNAVAILABLE
+    /// when paused or cut off, stop when killed.
+    fn server_follows_health(&mut self, id: ReplicaId) {
+        let Some(r) = self.replicas.get(&id) else {
+            return;
+        };
+        let refusing = match r.health {
+            Health::Up => None,
+            Health::Paused { .. } => Some(format!("replica {id} is paused")),
+            Health::Isolated => Some(format!("replica {id} is cut off")),
+            Health::Killed => {
+                self.net.stop(id);
+                return;
+            }
+        };
+        if !self.net.is_serving(id)
+            && let Err(e) = self.net.serve(id, r.coords.clone())
+        {
+            self.report
+                .replica_events
+                .push(format!("replica {id}: serving CoordinatorService: {e}"));
+        }
+        self.net.set_refusing(id, refusing);
     }
 
     fn kill(&mut self, ledger: &mut dyn PlacementLedger, id: ReplicaId, why: &str, now: TimeMs) {
@@ -1231,7 +1338,9 @@ impl ShardRuntime {
             };
             let held = self.replicas.get(owner).is_some_and(|r| {
                 r.health == Health::Up
-                    && r.coords.get(&shard).is_some_and(|c| c.phase(txn).is_some())
+                    && service::lock(&r.coords)
+                        .get(&shard)
+                        .is_some_and(|c| c.phase(txn).is_some())
             });
             if !held {
                 orphans.entry(shard).or_default().push(txn.clone());
@@ -1632,6 +1741,24 @@ impl ShardRuntime {
         self.report.checks += 2;
         self.report.checks_failed += found.len() as u64;
         found
+    }
+}
+
+/// The pump's step for a message its receiver queued.
+fn work_of(to: ReplicaId, d: Delivery) -> Work {
+    match d {
+        Delivery::Coordinator { route, event } => Work::ToCoord {
+            to,
+            shard: route.shard,
+            epoch: route.epoch,
+            event,
+        },
+        Delivery::Participant { route, event } => Work::ToPart {
+            to,
+            shard: route.shard,
+            epoch: route.epoch,
+            event,
+        },
     }
 }
 
