@@ -136,3 +136,25 @@ pub fn weighted_queue(name: &str, weight: u32) -> Queue {
     q.weight = weight;
     q
 }
+
+/// A map of two shards (default hashing), for scoped-session tests.
+pub fn two_shards() -> crate::shard::ShardMap {
+    crate::shard::ShardMap::new(crate::shard::ShardingConfig {
+        shards: 2,
+        ..crate::shard::ShardingConfig::default()
+    })
+    .expect("two shards is a valid sharding")
+}
+
+/// The first name `prefix-N` whose shard (by `shard_of`) is `shard`: queue and node names
+/// are hashed to shards, so a test finds names that land where it needs them.
+pub fn name_in(
+    prefix: &str,
+    shard: phalanx_statestore::ledger::ShardId,
+    shard_of: impl Fn(&str) -> phalanx_statestore::ledger::ShardId,
+) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| shard_of(n) == shard)
+        .expect("some name hashes to each shard")
+}

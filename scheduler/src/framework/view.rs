@@ -393,27 +393,10 @@ impl Session {
 mod tests {
     use super::*;
     use crate::framework::scope::HomePool;
-    use crate::framework::testing::{Cluster, weighted_queue};
+    use crate::framework::testing::{Cluster, name_in, two_shards, weighted_queue};
     use crate::framework::{SchedulerConf, run_cycle, run_cycle_in_view};
     use crate::model::DEFAULT_SCHEDULER_NAME;
     use crate::model::resources::{CPU, GPU};
-    use crate::shard::ShardingConfig;
-
-    fn two_shards() -> ShardMap {
-        ShardMap::new(ShardingConfig {
-            shards: 2,
-            ..ShardingConfig::default()
-        })
-        .expect("valid")
-    }
-
-    /// The first name `prefix-N` whose shard (by `shard_of`) is `shard`.
-    fn name_in(prefix: &str, shard: ShardId, shard_of: impl Fn(&str) -> ShardId) -> String {
-        (0..1000)
-            .map(|i| format!("{prefix}-{i}"))
-            .find(|n| shard_of(n) == shard)
-            .expect("some name hashes to each shard")
-    }
 
     struct Names {
         /// Queues homed in shard 0 and 1.
