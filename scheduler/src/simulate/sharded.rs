@@ -29,20 +29,26 @@
 //! Messages between replicas (prepare, reply, decision) are delivered in process, in order;
 //! a message to a replica that is down is lost (the coordinator resends on its tick, the
 //! ledger's deadline aborts what nobody finishes).
+//!
+//! A participant's owner picks the nodes of its part in its own pool ([`PoolView`]): the
+//! coordinator's nodes are hints, since the owner's own gangs of the same round may have
+//! taken them; the coordinator binds the nodes the participant reserved.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use phalanx_statestore::ledger::{
     Epoch, PlacementState, ReplicaId, ShardId, TxnDecision, TxnId, check_all,
 };
-use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, Refusal};
+use phalanx_statestore::{
+    GangDecision, LedgerCommand, LedgerResponse, LedgerState, PodPlacement, Refusal,
+};
 
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::coord::{
-    CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
-    ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result, decide_result,
-    recovered_txns, reserve_result, txn_id,
+    CoordCommand, CoordConfig, CoordEvent, Coordinator, LedgerResult, Participant,
+    ParticipantCommand, ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result,
+    decide_result, recovered_txns, reserve_result, txn_id,
 };
 use crate::framework::{CyclePlan, GangPlacement};
 use crate::invariants::{self, Violation};
@@ -53,6 +59,7 @@ use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Ve
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
+use crate::simulate::pool_pick::PoolView;
 
 /// Most messages and proposals one pump may handle (a bound on a round's work).
 const MAX_PUMP_STEPS: usize = 1_000_000;
@@ -312,6 +319,12 @@ pub struct ShardRuntime {
     recovery: VecDeque<Work>,
     /// When each open transaction was started (wall clock, for the decision latency).
     txn_started_at: BTreeMap<TxnId, std::time::Instant>,
+    /// The configuration and scheduler name the replicas plan with (set by `plan_round`;
+    /// Volcano's defaults before): participants judge fit with the same plugins.
+    scheduler: (crate::framework::SchedulerConf, String),
+    /// The participants' view for picking nodes, opened at the first pick of a pump and
+    /// kept current by that pump's reservations and aborts.
+    pool_view: Option<PoolView>,
     pub report: ShardReport,
 }
 
@@ -350,6 +363,11 @@ impl ShardRuntime {
             violations: Vec::new(),
             recovery: VecDeque::new(),
             txn_started_at: BTreeMap::new(),
+            scheduler: (
+                crate::framework::SchedulerConf::volcano_default(),
+                crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
+            ),
+            pool_view: None,
         })
     }
 
@@ -759,6 +777,9 @@ impl ShardRuntime {
         errors: &mut Vec<String>,
     ) {
         let now = sim.now_ms();
+        // Writes outside the pump (local commits, binds, releases) happened since the last
+        // view was opened: the next pick opens a fresh one.
+        self.pool_view = None;
         let mut steps = 0usize;
         while let Some(w) = work.pop_front() {
             steps += 1;
@@ -854,15 +875,31 @@ impl ShardRuntime {
                         continue;
                     }
                     match cmd {
+                        ParticipantCommand::Pick { txn, wanted } => {
+                            let result = self.pick(sim, ledger, shard, &wanted);
+                            work.push_back(Work::ToPart {
+                                to: from,
+                                shard,
+                                epoch,
+                                event: ParticipantEvent::Picked { txn, result },
+                            });
+                        }
                         ParticipantCommand::ProposeToLedger(c) => {
-                            let txn = match &c {
-                                LedgerCommand::TxnReserve { txn, .. } => txn.clone(),
-                                _ => String::new(),
+                            let (txn, pods) = match &c {
+                                LedgerCommand::TxnReserve { txn, gang, .. } => {
+                                    (txn.clone(), gang.pods.clone())
+                                }
+                                _ => (String::new(), Vec::new()),
                             };
                             let Ok(responses) = self.propose(ledger, Some(from), vec![c]) else {
                                 continue; // unknown outcome: the coordinator resends
                             };
                             let Some(r) = responses.first() else { continue };
+                            if let (Some(view), LedgerResponse::Gangs(g)) = (&mut self.pool_view, r)
+                                && g.iter().all(|o| o.decision == GangDecision::Accepted)
+                            {
+                                view.hold(&txn, &pods);
+                            }
                             work.push_back(Work::ToPart {
                                 to: from,
                                 shard,
@@ -942,17 +979,20 @@ impl ShardRuntime {
                     return; // unknown outcome: resent on a tick
                 };
                 if let Some(r) = responses.first() {
+                    let result = match decision {
+                        None => begin_result(r),
+                        Some(d) => decide_result(d, r),
+                    };
+                    if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) =
+                        (&mut self.pool_view, &result)
+                    {
+                        view.release(&txn);
+                    }
                     work.push_back(Work::ToCoord {
                         to: from,
                         shard,
                         epoch,
-                        event: CoordEvent::LedgerApplied {
-                            txn,
-                            result: match decision {
-                                None => begin_result(r),
-                                Some(d) => decide_result(d, r),
-                            },
-                        },
+                        event: CoordEvent::LedgerApplied { txn, result },
                     });
                 }
             }
@@ -996,7 +1036,15 @@ impl ShardRuntime {
                     .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
                     .collect();
                 self.bind_pods(sim, ledger, &pods);
-                if let Some(g) = self.started.remove(&txn) {
+                if let Some(mut g) = self.started.remove(&txn) {
+                    // The participants picked the nodes: the plan's nodes were hints.
+                    let node_of: BTreeMap<String, &String> =
+                        pods.iter().map(|(p, n)| (p.to_string(), n)).collect();
+                    for p in &mut g.placements {
+                        if let Some(n) = node_of.get(&p.pod.to_string()) {
+                            p.node = (*n).clone();
+                        }
+                    }
                     out.bound.push(g);
                 }
             }
@@ -1030,6 +1078,32 @@ impl ShardRuntime {
                 self.dirty = true;
             }
         }
+    }
+
+    /// A participant of `pool` picks nodes for `wanted` (see [`PoolView::pick`]).
+    fn pick(
+        &mut self,
+        sim: &SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        pool: ShardId,
+        wanted: &[PodPlacement],
+    ) -> Result<Vec<PodPlacement>, String> {
+        if self.pool_view.is_none() {
+            let (conf, name) = &self.scheduler;
+            let state = ledger
+                .state()
+                .map_err(|e| format!("shard {pool}: reading the ledger to pick nodes: {e}"))?;
+            self.pool_view = Some(PoolView::open(
+                &sim.snapshot(),
+                conf,
+                name,
+                &self.node_shard,
+                &state,
+            ));
+        }
+        let view = self.pool_view.as_mut().expect("opened above");
+        view.pick(pool, wanted)
+            .map_err(|e| format!("shard {pool}: {e}"))
     }
 
     fn kill(&mut self, ledger: &mut dyn PlacementLedger, id: ReplicaId, why: &str, now: TimeMs) {
@@ -1258,6 +1332,7 @@ impl ShardRuntime {
         conf: &crate::framework::SchedulerConf,
         scheduler_name: &str,
     ) -> RoundPlans {
+        self.scheduler = (conf.clone(), scheduler_name.to_string());
         let scopes: Vec<(ReplicaId, crate::framework::CycleScope)> = self
             .replicas
             .iter()
