@@ -632,3 +632,69 @@ fn a_pool_that_cannot_host_the_part_refuses_naming_the_pod_and_the_gang_aborts_l
     assert_eq!(state.pods_of_gang("default/ga").count(), 0, "{text}");
     assert_round_clean(&sim, &mut rt, &mut ledger, &performed, &errors);
 }
+
+#[test]
+fn cross_shard_gangs_of_one_round_hinted_at_the_same_node_each_get_their_own_node_and_commit() {
+    // The round's transactions move through the pump together: both participants pick
+    // before either reservation lands. Each pick holds its node, so the second does not
+    // take the first one's node and then lose the reservation to it.
+    let mut rt = ShardRuntime::new(options(2, 1, None)).expect("valid");
+    let probe = cluster(one_node_per_shard(2, 1), Vec::new(), &["default"]);
+    rt.load(&probe, &mut LocalLedger::new()).expect("loads");
+    let home = rt.map().shard_of_queue("default");
+    let other = 1 - home;
+    let nodes = nodes_in(2, &[(home, 2), (other, 2)], 1);
+    let in_pool = |s: u32| -> Vec<String> {
+        nodes
+            .iter()
+            .filter(|n| map(2).shard_of(n) == s)
+            .map(|n| n.name.clone())
+            .collect()
+    };
+    let (x, y) = (in_pool(home), in_pool(other));
+    let mut index = 0;
+    let mut sim = cluster(
+        nodes.clone(),
+        vec![
+            gang("g1", "default", 2, None, &mut index),
+            gang("g2", "default", 2, None, &mut index),
+        ],
+        &["default"],
+    );
+    let mut rt = ShardRuntime::new(options(2, 1, None)).expect("valid");
+    let mut ledger = LocalLedger::new();
+    rt.load(&sim, &mut ledger).expect("loads");
+    let wants = |g: &str, home_node: &str| GangPlacement {
+        gang: ObjectKey::new("default", g),
+        placements: [home_node, y[0].as_str()]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Placement {
+                pod: ObjectKey::new("default", format!("{g}-{i}")),
+                node: n.to_string(),
+                resources: gpus(1),
+            })
+            .collect(),
+    };
+    let plan = CyclePlan {
+        gangs: vec![wants("g1", &x[0]), wants("g2", &x[1])],
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(&mut sim, &mut ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    let plans = [(1, plan)].into_iter().collect();
+    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    errors.extend(outcome.ledger_errors);
+    let text = format!("{}\n{:?}", rt.report.render(), rt.report.txn_log);
+    assert_eq!(
+        (rt.report.txns_started, rt.report.txns_committed),
+        (2, 2),
+        "{text}"
+    );
+    let on_y: BTreeSet<Option<String>> =
+        ["g1-1", "g2-1"].iter().map(|p| node_of(&sim, p)).collect();
+    let expected: BTreeSet<Option<String>> = y.iter().cloned().map(Some).collect();
+    assert_eq!(on_y, expected, "{text}");
+    assert_round_clean(&sim, &mut rt, &mut ledger, &performed, &errors);
+}

@@ -11,6 +11,11 @@
 //! every enabled predicate: selectors, affinity, taints, cordons) and ranked by the
 //! configured node scores (binpack: most allocated first), ties by node name. The gang's
 //! pods are placed one after the other on the view, so they pack as the planner would.
+//!
+//! A pick holds its nodes in the view at once: the transactions of a round move through
+//! the pump together, so every participant picks before the first reservation reaches the
+//! ledger, and picks that did not see each other would choose the same free capacity. The
+//! hold is given back when the ledger refuses the reservation or the transaction aborts.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,8 +27,13 @@ use crate::framework::node_picker::node_fits;
 use crate::framework::{FitErrors, NodeId, SchedulerConf, Session, TaskId, Unfit};
 use crate::model::Resources;
 
+/// What a transaction holds in one participant's pool.
+type HoldKey = (TxnId, ShardId);
+
 /// Holds that are never given back during one view's life (commits not yet bound).
-const COMMITTED: &str = "";
+fn committed() -> HoldKey {
+    (String::new(), ShardId::MAX)
+}
 
 /// One owner's view of the cluster for picking, valid for one pump of messages.
 #[derive(Debug)]
@@ -33,8 +43,9 @@ pub struct PoolView {
     task_of: HashMap<String, TaskId>,
     /// Shard -> its pool's nodes, in node-name order (node ids follow names).
     pools: BTreeMap<ShardId, Vec<NodeId>>,
-    /// Usage this view counts beyond the cluster, by transaction, to give back on abort.
-    held: BTreeMap<TxnId, Vec<(NodeId, Resources)>>,
+    /// Usage this view counts beyond the cluster, by transaction and participant shard:
+    /// picks and reservations, to give back on a refusal or an abort.
+    held: BTreeMap<HoldKey, Vec<(NodeId, Resources)>>,
 }
 
 impl PoolView {
@@ -82,8 +93,8 @@ impl PoolView {
                 continue;
             }
             let key = match &p.state {
-                PlacementState::Reserved { txn } => txn.as_str(),
-                _ => COMMITTED,
+                PlacementState::Reserved { txn } => (txn.clone(), p.shard),
+                _ => committed(),
             };
             view.take(key, node, resources(&p.resources));
         }
@@ -91,18 +102,25 @@ impl PoolView {
     }
 
     /// One placement per wanted pod on nodes of `pool`: the hinted node when it still fits,
-    /// otherwise the best node of the pool that fits. The view is left unchanged (the
-    /// ledger decides whether the pick is reserved; see [`Self::hold`]). `Err` names the
-    /// first pod no node of the pool can host, and why, with numbers.
+    /// otherwise the best node of the pool that fits. The nodes picked stay held for `txn`
+    /// (see [`Self::refused`], [`Self::aborted`]). `Err` names the first pod no node of the
+    /// pool can host, and why, with numbers; it holds nothing.
     pub fn pick(
         &mut self,
+        txn: &str,
         pool: ShardId,
         wanted: &[PodPlacement],
     ) -> Result<Vec<PodPlacement>, String> {
+        // A pick asked again (its first answer was lost) replaces the first one's hold.
+        self.refused(txn, pool);
         let mut taken: Vec<(NodeId, Resources)> = Vec::new();
         let picked = self.pick_each(pool, wanted, &mut taken);
-        for (node, req) in taken {
-            self.session.state.nodes[node].give_back(&req);
+        if picked.is_ok() {
+            self.held.insert((txn.to_string(), pool), taken);
+        } else {
+            for (node, req) in taken {
+                self.session.state.nodes[node].give_back(&req);
+            }
         }
         picked
     }
@@ -199,28 +217,42 @@ impl PoolView {
         text
     }
 
-    /// The ledger accepted `txn`'s reservation of `placements`: count them from now on.
-    pub fn hold(&mut self, txn: &str, placements: &[PodPlacement]) {
+    /// The ledger holds `txn`'s reservation of `placements` in `pool`'s part: the view
+    /// counts exactly these for it (a pick made in an earlier view, or a second pick whose
+    /// answer the participant ignored, may have held other nodes).
+    pub fn reserved(&mut self, txn: &str, pool: ShardId, placements: &[PodPlacement]) {
+        self.refused(txn, pool);
         for p in placements {
             if let Some(&node) = self.session.state.node_index.get(&p.node) {
-                self.take(txn, node, resources(&p.resources));
+                self.take((txn.to_string(), pool), node, resources(&p.resources));
             }
         }
     }
 
-    /// `txn` was aborted: its reservations no longer occupy their nodes.
-    pub fn release(&mut self, txn: &str) {
-        for (node, req) in self.held.remove(txn).unwrap_or_default() {
+    /// The ledger refused `txn`'s reservation in `pool`: its pick no longer holds nodes.
+    pub fn refused(&mut self, txn: &str, pool: ShardId) {
+        let key = (txn.to_string(), pool);
+        for (node, req) in self.held.remove(&key).unwrap_or_default() {
             self.session.state.nodes[node].give_back(&req);
         }
     }
 
-    fn take(&mut self, key: &str, node: NodeId, req: Resources) {
+    /// `txn` was aborted: none of its picks or reservations occupies a node any more.
+    pub fn aborted(&mut self, txn: &str) {
+        let pools: Vec<ShardId> = self
+            .held
+            .keys()
+            .filter(|(t, _)| t == txn)
+            .map(|(_, s)| *s)
+            .collect();
+        for pool in pools {
+            self.refused(txn, pool);
+        }
+    }
+
+    fn take(&mut self, key: HoldKey, node: NodeId, req: Resources) {
         self.session.state.nodes[node].take(&req);
-        self.held
-            .entry(key.to_string())
-            .or_default()
-            .push((node, req));
+        self.held.entry(key).or_default().push((node, req));
     }
 }
 
@@ -296,7 +328,7 @@ mod tests {
     #[test]
     fn the_hinted_node_is_kept_when_it_still_fits() {
         let mut v = view(cluster(2), &LedgerState::new());
-        let picked = v.pick(0, &[want("g-0", "a3", 2), want("g-1", "a3", 2)]);
+        let picked = v.pick("t", 0, &[want("g-0", "a3", 2), want("g-1", "a3", 2)]);
         assert_eq!(picked.as_deref().map(nodes), Ok(vec!["a3", "a3"]));
     }
 
@@ -305,7 +337,7 @@ mod tests {
         let c = cluster(2).running_pod("busy", None, "a1", &[(GPU, 4)]);
         let mut v = view(c, &LedgerState::new());
         // b1 (pool 1) has the most room, but the pick stays in pool 0: a2 is next by name.
-        let picked = v.pick(0, &[want("g-0", "a1", 2)]).expect("fits");
+        let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
         assert_eq!(nodes(&picked), vec!["a2"]);
         assert_eq!(picked[0].resources, ResourceVec::from_pairs([(GPU, 2)]));
     }
@@ -314,17 +346,52 @@ mod tests {
     fn the_pods_of_one_gang_see_each_others_picks() {
         // Each pod takes a whole node: the second cannot share the hint with the first.
         let mut v = view(cluster(4), &LedgerState::new());
-        let picked = v.pick(0, &[want("g-0", "a2", 4), want("g-1", "a2", 4)]);
+        let picked = v.pick("t", 0, &[want("g-0", "a2", 4), want("g-1", "a2", 4)]);
         assert_eq!(picked.as_deref().map(nodes), Ok(vec!["a2", "a1"]));
-        // Picking leaves the view as it was: the ledger decides whether it is reserved.
-        let again = v.pick(0, &[want("g-0", "a2", 4), want("g-1", "a2", 4)]);
+        // Asked again (the first answer lost), the pick replaces its own hold.
+        let again = v.pick("t", 0, &[want("g-0", "a2", 4), want("g-1", "a2", 4)]);
         assert_eq!(again.as_deref().map(nodes), Ok(vec!["a2", "a1"]));
+    }
+
+    #[test]
+    fn a_pick_holds_its_nodes_against_later_picks_until_the_ledger_refuses_it() {
+        // Every pick of a round comes before the first reservation lands in the ledger.
+        let mut v = view(cluster(4), &LedgerState::new());
+        let first = v.pick("t1", 0, &[want("g-0", "a2", 4)]);
+        assert_eq!(first.as_deref().map(nodes), Ok(vec!["a2"]));
+        let second = v.pick("t2", 0, &[want("g-1", "a2", 4)]);
+        assert_eq!(second.as_deref().map(nodes), Ok(vec!["a1"]));
+        v.refused("t1", 0);
+        let third = v.pick("t3", 0, &[want("g-1", "a2", 4)]);
+        assert_eq!(third.as_deref().map(nodes), Ok(vec!["a2"]));
+    }
+
+    #[test]
+    fn a_failed_pick_holds_nothing() {
+        let mut v = view(cluster(4), &LedgerState::new());
+        // a1..a3 take one pod each; the fourth pod finds no room and the pick fails whole.
+        let wanted = vec![want("g-0", "a1", 4); 4];
+        assert!(v.pick("t1", 0, &wanted).is_err());
+        let after = v.pick("t2", 0, &[want("g-0", "a1", 4)]);
+        assert_eq!(after.as_deref().map(nodes), Ok(vec!["a1"]));
+    }
+
+    #[test]
+    fn an_abort_gives_back_the_picks_of_every_pool_of_the_transaction() {
+        let mut v = view(cluster(4), &LedgerState::new());
+        v.pick("t1", 0, &[want("g-0", "a1", 4)]).expect("fits");
+        v.pick("t1", 1, &[want("g-1", "b1", 4)]).expect("fits");
+        v.aborted("t1");
+        let a = v.pick("t2", 0, &[want("g-0", "a1", 4)]);
+        let b = v.pick("t2", 1, &[want("g-1", "b1", 4), want("g-0", "b1", 4)]);
+        assert_eq!(a.as_deref().map(nodes), Ok(vec!["a1"]));
+        assert_eq!(b.as_deref().map(nodes), Ok(vec!["b1", "b1"]));
     }
 
     #[test]
     fn a_pod_no_node_of_the_pool_can_host_is_refused_naming_the_pod_resource_and_numbers() {
         let mut v = view(cluster(5), &LedgerState::new());
-        let err = v.pick(0, &[want("g-0", "a1", 5)]).unwrap_err();
+        let err = v.pick("t", 0, &[want("g-0", "a1", 5)]).unwrap_err();
         assert_eq!(
             err,
             "pod default/g-0: no node of shard 0's pool fits it: 0/3 nodes are available: \
@@ -337,7 +404,7 @@ mod tests {
             .running_pod("busy-3", None, "a3", &[(GPU, 1)]);
         let mut v = view(c, &LedgerState::new());
         let err = v
-            .pick(0, &[want("g-0", "a1", 4), want("g-1", "a1", 4)])
+            .pick("t", 0, &[want("g-0", "a1", 4), want("g-1", "a1", 4)])
             .unwrap_err();
         assert!(
             err.starts_with("pod default/g-1: ")
@@ -364,7 +431,7 @@ mod tests {
             .pod_with(pod)
             .running_pod("busy", None, "a3", &[(GPU, 4)]);
         let mut v = view(c, &LedgerState::new());
-        let err = v.pick(0, &[want("g-0", "a3", 2)]).unwrap_err();
+        let err = v.pick("t", 0, &[want("g-0", "a3", 2)]).unwrap_err();
         assert!(
             err.contains("2 node(s) didn't match the pod's node selector")
                 && err.contains("1 insufficient nvidia.com/gpu")
@@ -380,19 +447,23 @@ mod tests {
             .placements
             .extend([reserved("t-other", "x", "a1", 4)]);
         let mut v = view(cluster(2), &ledger);
-        let picked = v.pick(0, &[want("g-0", "a1", 2)]).expect("fits");
+        let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
         assert_eq!(nodes(&picked), vec!["a2"]);
-        v.release("t-other");
-        let picked = v.pick(0, &[want("g-0", "a1", 2)]).expect("fits");
+        v.aborted("t-other");
+        let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
         assert_eq!(nodes(&picked), vec!["a1"]);
     }
 
     #[test]
-    fn a_reservation_accepted_during_the_pump_is_held_by_the_view() {
+    fn a_reservation_replaces_the_pick_of_its_transaction_in_the_view() {
         let mut v = view(cluster(4), &LedgerState::new());
-        v.hold("t1", &[want("g-0", "a1", 4)]);
-        let picked = v.pick(0, &[want("g-1", "a1", 4)]).expect("fits");
-        assert_eq!(nodes(&picked), vec!["a2"]);
+        v.pick("t1", 0, &[want("g-0", "a1", 4)]).expect("fits");
+        // What the ledger holds wins (here another node than this view's pick).
+        v.reserved("t1", 0, &[want("g-0", "a3", 4)]);
+        let freed = v.pick("t2", 0, &[want("g-1", "a1", 4)]);
+        assert_eq!(freed.as_deref().map(nodes), Ok(vec!["a1"]));
+        let held = v.pick("t3", 0, &[want("g-0", "a3", 4)]);
+        assert_eq!(held.as_deref().map(nodes), Ok(vec!["a2"]));
     }
 
     #[test]
@@ -404,7 +475,7 @@ mod tests {
         p.state = PlacementState::Assumed;
         ledger.placements.insert("default/done".into(), p);
         let mut v = view(c, &ledger);
-        let picked = v.pick(0, &[want("g-0", "a1", 2)]).expect("fits");
+        let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
         assert_eq!(nodes(&picked), vec!["a1"]);
     }
 }

@@ -39,9 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use phalanx_statestore::ledger::{
     Epoch, PlacementState, ReplicaId, ShardId, TxnDecision, TxnId, check_all,
 };
-use phalanx_statestore::{
-    GangDecision, LedgerCommand, LedgerResponse, LedgerState, PodPlacement, Refusal,
-};
+use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, Refusal};
 
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
@@ -876,7 +874,7 @@ impl ShardRuntime {
                     }
                     match cmd {
                         ParticipantCommand::Pick { txn, wanted } => {
-                            let result = self.pick(sim, ledger, shard, &wanted);
+                            let result = self.pick(sim, ledger, &txn, shard, &wanted);
                             work.push_back(Work::ToPart {
                                 to: from,
                                 shard,
@@ -895,19 +893,23 @@ impl ShardRuntime {
                                 continue; // unknown outcome: the coordinator resends
                             };
                             let Some(r) = responses.first() else { continue };
-                            if let (Some(view), LedgerResponse::Gangs(g)) = (&mut self.pool_view, r)
-                                && g.iter().all(|o| o.decision == GangDecision::Accepted)
-                            {
-                                view.hold(&txn, &pods);
+                            let result = reserve_result(shard, r);
+                            if let Some(view) = &mut self.pool_view {
+                                match &result {
+                                    LedgerResult::Reserved { .. } => {
+                                        view.reserved(&txn, shard, &pods)
+                                    }
+                                    LedgerResult::RefusedReserve { .. } => {
+                                        view.refused(&txn, shard)
+                                    }
+                                    _ => {}
+                                }
                             }
                             work.push_back(Work::ToPart {
                                 to: from,
                                 shard,
                                 epoch,
-                                event: ParticipantEvent::LedgerApplied {
-                                    txn,
-                                    result: reserve_result(shard, r),
-                                },
+                                event: ParticipantEvent::LedgerApplied { txn, result },
                             });
                         }
                         ParticipantCommand::Reply {
@@ -986,7 +988,7 @@ impl ShardRuntime {
                     if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) =
                         (&mut self.pool_view, &result)
                     {
-                        view.release(&txn);
+                        view.aborted(&txn);
                     }
                     work.push_back(Work::ToCoord {
                         to: from,
@@ -1080,11 +1082,13 @@ impl ShardRuntime {
         }
     }
 
-    /// A participant of `pool` picks nodes for `wanted` (see [`PoolView::pick`]).
+    /// A participant of `pool` picks nodes for `txn`'s `wanted` pods (see
+    /// [`PoolView::pick`]).
     fn pick(
         &mut self,
         sim: &SimCluster,
         ledger: &mut dyn PlacementLedger,
+        txn: &str,
         pool: ShardId,
         wanted: &[PodPlacement],
     ) -> Result<Vec<PodPlacement>, String> {
@@ -1102,7 +1106,7 @@ impl ShardRuntime {
             ));
         }
         let view = self.pool_view.as_mut().expect("opened above");
-        view.pick(pool, wanted)
+        view.pick(txn, pool, wanted)
             .map_err(|e| format!("shard {pool}: {e}"))
     }
 
