@@ -9,7 +9,10 @@ use std::collections::BTreeSet;
 
 use phalanx_scheduler::cluster::sim::SimCluster;
 use phalanx_scheduler::framework::{CyclePlan, GangPlacement, Placement, SchedulerConf};
-use phalanx_scheduler::invariants::check_no_leaked_reservation;
+use phalanx_scheduler::invariants::{
+    check_gang_atomicity, check_no_double_booking, check_no_leaked_reservation,
+    check_no_lost_placement,
+};
 use phalanx_scheduler::ledger::{LocalLedger, PlacementLedger, RaftLedger, ScheduledFault};
 use phalanx_scheduler::model::{
     GROUP_NAME_ANNOTATION, Node, ObjectKey, Pod, PodGroup, PodGroupPhase, Queue, Resources,
@@ -484,4 +487,286 @@ fn a_leader_kill_stops_the_scheduler_replica_of_the_leader_too_and_its_shards_mo
     }
     assert!(all_bound(&sim), "{text}\n{:?}", outcome.pending);
     assert_clean(&outcome, &mut ledger);
+}
+
+/// `count` nodes of `gpus_each` GPUs in each listed shard (names found by scanning `node-N`).
+fn nodes_in(shards: u32, wanted: &[(u32, usize)], gpus_each: i64) -> Vec<Node> {
+    let m = map(shards);
+    let mut left: std::collections::BTreeMap<u32, usize> = wanted.iter().copied().collect();
+    let mut out = Vec::new();
+    for i in 0.. {
+        if left.values().all(|n| *n == 0) {
+            break;
+        }
+        let node = Node::new(format!("node-{i}"), gpus(gpus_each));
+        if let Some(n) = left.get_mut(&m.shard_of(&node))
+            && *n > 0
+        {
+            *n -= 1;
+            out.push(node);
+        }
+    }
+    out
+}
+
+/// A cross-shard gang `ga` (home queue `qa`, two one-GPU pods: one for its home pool's only
+/// node, one hinted at `y[0]` of the other pool) and a local gang `gb` of the other pool's
+/// owner (queue `qb`, one pod planned on that same `y[0]`), planned by both replicas from one
+/// snapshot and performed in one round.
+fn same_round_conflict(other_pool_nodes: usize) -> SameRound {
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    let probe = cluster(one_node_per_shard(2, 1), Vec::new(), &["default"]);
+    rt.load(&probe, &mut LocalLedger::new()).expect("loads");
+    let (qa, qb) = two_queues_on_two_replicas(&rt);
+    let (home_a, home_b) = (rt.map().shard_of_queue(&qa), rt.map().shard_of_queue(&qb));
+    let nodes = nodes_in(2, &[(home_a, 1), (home_b, other_pool_nodes)], 1);
+    let x = nodes
+        .iter()
+        .find(|n| map(2).shard_of(n) == home_a)
+        .expect("one")
+        .name
+        .clone();
+    let y: Vec<String> = nodes
+        .iter()
+        .filter(|n| map(2).shard_of(n) == home_b)
+        .map(|n| n.name.clone())
+        .collect();
+    let mut index = 0;
+    let mut sim = cluster(
+        nodes,
+        vec![
+            gang("ga", &qa, 2, None, &mut index),
+            gang("gb", &qb, 1, None, &mut index),
+        ],
+        &[&qa, &qb],
+    );
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    let mut ledger = LocalLedger::new();
+    rt.load(&sim, &mut ledger).expect("loads");
+    let placement = |pod: &str, node: &str| Placement {
+        pod: ObjectKey::new("default", pod),
+        node: node.to_string(),
+        resources: gpus(1),
+    };
+    let plan = CyclePlan {
+        gangs: vec![
+            GangPlacement {
+                gang: ObjectKey::new("default", "ga"),
+                placements: vec![placement("ga-0", &x), placement("ga-1", &y[0])],
+            },
+            GangPlacement {
+                gang: ObjectKey::new("default", "gb"),
+                placements: vec![placement("gb-0", &y[0])],
+            },
+        ],
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(&mut sim, &mut ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    // Each replica's plan holds both gangs; each commits those of its home shards, the
+    // local ones first: `gb` fills `y[0]` before `ga`'s prepare reaches its pool's owner.
+    let plans: std::collections::BTreeMap<u64, CyclePlan> =
+        [(1, plan.clone()), (2, plan)].into_iter().collect();
+    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    errors.extend(outcome.ledger_errors);
+    SameRound {
+        x,
+        y,
+        sim,
+        rt,
+        ledger,
+        performed,
+        errors,
+    }
+}
+
+/// What [`same_round_conflict`] left.
+struct SameRound {
+    /// The home pool's node.
+    x: String,
+    /// The other pool's nodes (`y[0]` is the hint).
+    y: Vec<String>,
+    sim: SimCluster,
+    rt: ShardRuntime,
+    ledger: LocalLedger,
+    performed: CyclePlan,
+    errors: Vec<String>,
+}
+
+/// I1–I3 on the cluster, I4 on every fenced write, the ledger's own checks, no leaked
+/// reservation, no open transaction.
+fn assert_round_clean(
+    sim: &SimCluster,
+    rt: &mut ShardRuntime,
+    ledger: &mut LocalLedger,
+    performed: &CyclePlan,
+    errors: &[String],
+) {
+    let text = format!("{}\n{:?}", rt.report.render(), rt.report.txn_log);
+    let mut found = check_no_double_booking(sim);
+    found.extend(check_gang_atomicity(sim));
+    found.extend(check_no_lost_placement(sim, performed));
+    found.extend(rt.take_violations());
+    assert!(found.is_empty(), "{found:?}\n{text}");
+    assert_eq!(rt.report.checks_failed, 0, "{text}");
+    assert!(rt.report.checks > 0, "{text}");
+    let state = ledger.state().expect("readable");
+    assert!(check_all(&state).is_empty(), "{:?}", check_all(&state));
+    assert!(check_no_leaked_reservation(&state).is_empty(), "{text}");
+    assert_eq!(state.open_txn_count(), 0, "{text}");
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+fn node_of(sim: &SimCluster, pod: &str) -> Option<String> {
+    sim.pod(&ObjectKey::new("default", pod))
+        .and_then(|p| p.node_name.clone())
+}
+
+#[test]
+fn a_pool_owner_filling_the_hinted_node_in_the_same_round_leaves_the_gang_to_commit_on_another_node_of_its_pool()
+ {
+    let SameRound {
+        x,
+        y,
+        sim,
+        mut rt,
+        mut ledger,
+        performed,
+        errors,
+    } = same_round_conflict(2);
+    let text = format!("{}\n{:?}", rt.report.render(), rt.report.txn_log);
+    assert_eq!(node_of(&sim, "gb-0").as_ref(), Some(&y[0]), "{text}");
+    assert_eq!(node_of(&sim, "ga-0").as_ref(), Some(&x), "{text}");
+    assert_eq!(node_of(&sim, "ga-1").as_ref(), Some(&y[1]), "{text}");
+    assert_eq!(
+        (
+            rt.report.txns_started,
+            rt.report.txns_committed,
+            rt.report.txns_aborted
+        ),
+        (1, 1, 0),
+        "{text}"
+    );
+    // The performed plan names the nodes bound, not the plan's hint.
+    let ga = performed
+        .gangs
+        .iter()
+        .find(|g| g.gang.name == "ga")
+        .expect("ga performed");
+    let ga_nodes: Vec<&str> = ga.placements.iter().map(|p| p.node.as_str()).collect();
+    assert_eq!(ga_nodes, vec![x.as_str(), y[1].as_str()], "{text}");
+    let state = ledger.state().expect("readable");
+    assert!(
+        state
+            .placements
+            .values()
+            .all(|p| p.state == PlacementState::Bound),
+        "{:?}",
+        state.placements
+    );
+    assert_round_clean(&sim, &mut rt, &mut ledger, &performed, &errors);
+}
+
+#[test]
+fn a_pool_that_cannot_host_the_part_refuses_naming_the_pod_and_the_gang_aborts_leaving_nothing() {
+    let SameRound {
+        y,
+        sim,
+        mut rt,
+        mut ledger,
+        performed,
+        errors,
+        ..
+    } = same_round_conflict(1);
+    let text = format!("{}\n{:?}", rt.report.render(), rt.report.txn_log);
+    assert_eq!(node_of(&sim, "gb-0").as_ref(), Some(&y[0]), "{text}");
+    assert_eq!(node_of(&sim, "ga-0"), None, "{text}");
+    assert_eq!(node_of(&sim, "ga-1"), None, "{text}");
+    assert_eq!(
+        (rt.report.txns_committed, rt.report.txns_aborted),
+        (0, 1),
+        "{text}"
+    );
+    let reason = rt
+        .report
+        .txn_log
+        .iter()
+        .find(|l| l.contains("Aborted"))
+        .expect("an abort");
+    assert!(
+        reason.contains("pod default/ga-1: no node of shard")
+            && reason.contains("1 insufficient nvidia.com/gpu")
+            && reason.contains("it requests 1 nvidia.com/gpu, the most free on one node is 0"),
+        "{reason}"
+    );
+    let state = ledger.state().expect("readable");
+    assert_eq!(state.pods_of_gang("default/ga").count(), 0, "{text}");
+    assert_round_clean(&sim, &mut rt, &mut ledger, &performed, &errors);
+}
+
+#[test]
+fn cross_shard_gangs_of_one_round_hinted_at_the_same_node_each_get_their_own_node_and_commit() {
+    // The round's transactions move through the pump together: both participants pick
+    // before either reservation lands. Each pick holds its node, so the second does not
+    // take the first one's node and then lose the reservation to it.
+    let mut rt = ShardRuntime::new(options(2, 1, None)).expect("valid");
+    let probe = cluster(one_node_per_shard(2, 1), Vec::new(), &["default"]);
+    rt.load(&probe, &mut LocalLedger::new()).expect("loads");
+    let home = rt.map().shard_of_queue("default");
+    let other = 1 - home;
+    let nodes = nodes_in(2, &[(home, 2), (other, 2)], 1);
+    let in_pool = |s: u32| -> Vec<String> {
+        nodes
+            .iter()
+            .filter(|n| map(2).shard_of(n) == s)
+            .map(|n| n.name.clone())
+            .collect()
+    };
+    let (x, y) = (in_pool(home), in_pool(other));
+    let mut index = 0;
+    let mut sim = cluster(
+        nodes.clone(),
+        vec![
+            gang("g1", "default", 2, None, &mut index),
+            gang("g2", "default", 2, None, &mut index),
+        ],
+        &["default"],
+    );
+    let mut rt = ShardRuntime::new(options(2, 1, None)).expect("valid");
+    let mut ledger = LocalLedger::new();
+    rt.load(&sim, &mut ledger).expect("loads");
+    let wants = |g: &str, home_node: &str| GangPlacement {
+        gang: ObjectKey::new("default", g),
+        placements: [home_node, y[0].as_str()]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Placement {
+                pod: ObjectKey::new("default", format!("{g}-{i}")),
+                node: n.to_string(),
+                resources: gpus(1),
+            })
+            .collect(),
+    };
+    let plan = CyclePlan {
+        gangs: vec![wants("g1", &x[0]), wants("g2", &x[1])],
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(&mut sim, &mut ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    let plans = [(1, plan)].into_iter().collect();
+    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    errors.extend(outcome.ledger_errors);
+    let text = format!("{}\n{:?}", rt.report.render(), rt.report.txn_log);
+    assert_eq!(
+        (rt.report.txns_started, rt.report.txns_committed),
+        (2, 2),
+        "{text}"
+    );
+    let on_y: BTreeSet<Option<String>> =
+        ["g1-1", "g2-1"].iter().map(|p| node_of(&sim, p)).collect();
+    let expected: BTreeSet<Option<String>> = y.iter().cloned().map(Some).collect();
+    assert_eq!(on_y, expected, "{text}");
+    assert_round_clean(&sim, &mut rt, &mut ledger, &performed, &errors);
 }

@@ -11,6 +11,9 @@
 //!
 //! A decision once proposed is never changed by this coordinator (the ledger makes it
 //! final; `TxnAlreadyDecided` tells it the ledger's expiry aborted first).
+//!
+//! The plan's nodes are hints sent with each prepare; every participant's owner picks the
+//! nodes of its pool and its `Prepared` reply names them. A commit binds those.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -105,7 +108,10 @@ pub enum Phase {
 #[derive(Clone, Debug)]
 struct Active {
     gang: String,
+    /// Each participant's pods with the plan's nodes (the hints of its prepare).
     parts: BTreeMap<ShardId, Vec<PodPlacement>>,
+    /// Each prepared participant's placements as it reserved them (what a commit binds).
+    reserved: BTreeMap<ShardId, Vec<PodPlacement>>,
     deadline_ms: u64,
     phase: Phase,
     asked: BTreeSet<ShardId>,
@@ -251,6 +257,7 @@ impl Coordinator {
             Active {
                 gang: s.gang,
                 parts,
+                reserved: BTreeMap::new(),
                 deadline_ms: s.deadline_ms,
                 phase: Phase::Beginning,
                 asked: BTreeSet::new(),
@@ -296,9 +303,9 @@ impl Coordinator {
                     ));
                 }
             }
-            LedgerResult::Reserved { shard } => {
-                self.on_reply(txn, shard, PrepareReply::Prepared, out)
-            }
+            // The ledger's word alone does not say which nodes the participant picked; its
+            // `Prepared` reply does, and follows.
+            LedgerResult::Reserved { .. } => {}
             LedgerResult::RefusedReserve { shard, reason } => {
                 self.on_reply(txn, shard, PrepareReply::Refused(reason.to_string()), out)
             }
@@ -354,17 +361,29 @@ impl Coordinator {
         if !a.parts.contains_key(&shard) {
             return;
         }
+        let reply = match reply {
+            PrepareReply::Prepared { placements } => match same_pods(&a.parts[&shard], &placements)
+            {
+                Ok(()) => PrepareReply::Prepared { placements },
+                Err(why) => PrepareReply::Refused(why),
+            },
+            refused => refused,
+        };
         match (a.phase, reply) {
-            (Phase::Beginning, PrepareReply::Prepared) => {
+            (Phase::Beginning, reply @ PrepareReply::Prepared { .. }) => {
                 // A reservation exists, so the begin landed; its answer was lost.
                 self.on_begun(txn, out);
-                self.on_reply(txn, shard, PrepareReply::Prepared, out);
+                self.on_reply(txn, shard, reply, out);
             }
-            (Phase::Preparing, PrepareReply::Prepared) => {
+            (Phase::Preparing, PrepareReply::Prepared { .. }) if a.prepared.contains(&shard) => {
+                // A resent prepare's answer: the first one named the reserved nodes.
+            }
+            (Phase::Preparing, PrepareReply::Prepared { placements }) => {
                 let all = {
                     let a = self.active.get_mut(txn).expect("looked up above");
                     a.asked.insert(shard);
                     a.prepared.insert(shard);
+                    a.reserved.insert(shard, placements);
                     a.prepared.len() == a.parts.len()
                 };
                 if all {
@@ -442,7 +461,9 @@ impl Coordinator {
         }
         match decision {
             TxnDecision::Commit => {
-                let pods: Vec<PodPlacement> = a.parts.into_values().flatten().collect();
+                // The ledger holds the participants' picks, so do their replies; a commit
+                // is only proposed once every participant replied.
+                let pods: Vec<PodPlacement> = a.reserved.into_values().flatten().collect();
                 if !pods.is_empty() {
                     out.push(CoordCommand::Bind {
                         txn: txn.clone(),
@@ -577,6 +598,7 @@ impl Coordinator {
                     Active {
                         gang: t.gang.unwrap_or_default(),
                         parts,
+                        reserved: BTreeMap::new(),
                         deadline_ms: t.deadline_ms,
                         phase: Phase::Beginning,
                         asked: BTreeSet::new(),
@@ -603,6 +625,22 @@ fn prepare_command(txn: &TxnId, coordinator: ShardId, a: &Active, shard: ShardId
             placements: a.parts.get(&shard).cloned().unwrap_or_default(),
             deadline_ms: a.deadline_ms,
         },
+    }
+}
+
+/// A participant's reply must place exactly the pods of its part: the commit binds what the
+/// replies name, so a pod missing from one would leave the gang partly bound.
+fn same_pods(part: &[PodPlacement], reserved: &[PodPlacement]) -> Result<(), String> {
+    let mut planned: Vec<&str> = part.iter().map(|p| p.pod.as_str()).collect();
+    let mut named: Vec<&str> = reserved.iter().map(|p| p.pod.as_str()).collect();
+    planned.sort_unstable();
+    named.sort_unstable();
+    if planned == named {
+        Ok(())
+    } else {
+        Err(format!(
+            "its reply names pods {named:?}, its part has {planned:?}"
+        ))
     }
 }
 

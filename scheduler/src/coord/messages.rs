@@ -47,8 +47,13 @@ pub enum LedgerResult {
 /// A participant's answer to a prepare.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PrepareReply {
-    /// Its part is reserved in the ledger.
-    Prepared,
+    /// Its part is reserved in the ledger on these nodes (its owner's pick: the
+    /// coordinator's hints where they still fitted, other nodes of its pool otherwise).
+    /// The coordinator binds these, not its plan's nodes.
+    Prepared {
+        /// One placement per pod of the part, as reserved.
+        placements: Vec<PodPlacement>,
+    },
     /// It will not reserve, and why.
     Refused(String),
 }
@@ -171,7 +176,9 @@ pub struct Prepare {
     pub coordinator: ShardId,
     /// Gang key.
     pub gang: String,
-    /// The placements proposed for the participant's pool.
+    /// The participant's part: its pods with the nodes the coordinator's plan proposed.
+    /// The nodes are hints: the participant's owner picks the nodes of its pool that
+    /// reflect its own writes of the round (the hint first, when it still fits).
     pub placements: Vec<PodPlacement>,
     /// The transaction's deadline.
     pub deadline_ms: u64,
@@ -182,6 +189,14 @@ pub struct Prepare {
 pub enum ParticipantEvent {
     /// Reserve your part.
     Prepare(Prepare),
+    /// The runtime's answer to [`ParticipantCommand::Pick`].
+    Picked {
+        /// Transaction.
+        txn: TxnId,
+        /// One placement per wanted pod, on nodes of this participant's pool; or why no
+        /// node of the pool can host one of them (naming the pod, the resource, numbers).
+        result: Result<Vec<PodPlacement>, String>,
+    },
     /// The ledger applied (or refused) this participant's `TxnReserve`
     /// (see [`reserve_result`]).
     LedgerApplied {
@@ -207,6 +222,16 @@ pub enum ParticipantEvent {
 /// What a participant asks the runtime to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParticipantCommand {
+    /// Choose nodes of this participant's pool for these pods, from the owner's current
+    /// view (cluster plus the ledger's usage, this round's writes included): for each pod
+    /// its hinted node when it still fits, otherwise another node of the pool where it
+    /// fits. Answer with `ParticipantEvent::Picked`.
+    Pick {
+        /// Transaction.
+        txn: TxnId,
+        /// The pods, each with the coordinator's hinted node.
+        wanted: Vec<PodPlacement>,
+    },
     /// Propose `TxnReserve` and feed back the result as `ParticipantEvent::LedgerApplied`.
     ProposeToLedger(LedgerCommand),
     /// Answer the coordinator.

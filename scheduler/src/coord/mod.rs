@@ -7,11 +7,13 @@
 //!  coordinator (home shard owner)          ledger (Raft)                participant (shard owner)
 //!  Start ─► TxnBegin ───────────────────►  txn open
 //!           ◄── Begun
-//!           SendPrepare ─────────────────────────────────────────────►  TxnReserve ─► ledger
+//!           SendPrepare(hints) ──────────────────────────────────────►  Pick ─► runtime: nodes of its pool
+//!                                                                        ◄── Picked(placements)
+//!                                                                        TxnReserve ─► ledger
 //!                                                                        ◄── Reserved
-//!           ◄──────────────────────────────────────────────────────────  Reply(Prepared)
+//!           ◄──────────────────────────────────────────────────────────  Reply(Prepared{placements})
 //!  all prepared: TxnDecide(commit) ──────► reserved -> assumed
-//!           ◄── Decided(commit) ─► Bind, SendDecision, Report
+//!           ◄── Decided(commit) ─► Bind(the reserved placements), SendDecision, Report
 //!  refusal / deadline: TxnDecide(abort) ─► reservations released
 //! ```
 

@@ -4,21 +4,31 @@
 //!  Prepare ─► local checks ──fail──► Reply(Refused)
 //!                │ ok
 //!                ▼
-//!           Reserving ─propose TxnReserve─► Reserved ──► Prepared ─► Reply(Prepared)
-//!                                       └─► RefusedReserve ─► Refused ─► Reply(Refused)
+//!           Picking ─Pick(hints)─► runtime ─Picked(Err)─► Refused ─► Reply(Refused)
+//!                                     │ Picked(Ok(placements))
+//!                                     ▼
+//!           Reserving ─propose TxnReserve(placements)─► Reserved ──► Prepared ─► Reply(Prepared{placements})
+//!                                                   └─► RefusedReserve ─► Refused ─► Reply(Refused)
 //!  Decided / deadline + linger ─► forgotten
 //! ```
 //!
+//! The coordinator's nodes are hints: between its plan and this prepare, this shard's owner
+//! may have filled them with its own gangs. So the participant asks the runtime to pick
+//! nodes of its own pool (the hint first when it still fits) and reserves what was picked;
+//! the reply names the nodes, and the coordinator binds those.
+//!
 //! The ledger is the judge of capacity, pool membership and the epoch (I4); the
 //! participant's own checks are the ones it can make without the ledger: the deadline, an
-//! empty part, and its bound on transactions in flight. A repeated prepare (the
-//! coordinator resends when an answer is lost) repeats the answer, or re-proposes while
-//! the first proposal's result is unknown (`TxnAlreadyReserved` then means reserved).
+//! empty part, its bound on transactions in flight, and that a pick covers exactly the
+//! pods asked for. A repeated prepare (the coordinator resends when an answer is lost)
+//! repeats the answer, re-proposes the picked placements while the first proposal's
+//! result is unknown (`TxnAlreadyReserved` then means reserved), and never picks again
+//! once a pick was answered: the nodes of a transaction are chosen once.
 
 use std::collections::BTreeMap;
 
 use phalanx_statestore::ledger::{Epoch, ShardId, TxnId};
-use phalanx_statestore::{GangPlacement, LedgerCommand};
+use phalanx_statestore::{GangPlacement, LedgerCommand, PodPlacement};
 
 use super::coordinator::CoordConfigError;
 use super::messages::{LedgerResult, ParticipantCommand, ParticipantEvent, Prepare, PrepareReply};
@@ -55,8 +65,12 @@ impl ParticipantConfig {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum PartPhase {
-    Reserving,
-    Prepared,
+    /// `Pick` emitted, no answer yet.
+    Picking,
+    /// `TxnReserve` of these placements proposed, result unknown.
+    Reserving(Vec<PodPlacement>),
+    /// Reserved in the ledger on these placements.
+    Prepared(Vec<PodPlacement>),
     Refused(String),
 }
 
@@ -108,6 +122,7 @@ impl Participant {
         let mut out = Vec::new();
         match event {
             ParticipantEvent::Prepare(p) => self.on_prepare(p, &mut out),
+            ParticipantEvent::Picked { txn, result } => self.on_picked(&txn, result, &mut out),
             ParticipantEvent::LedgerApplied { txn, result } => {
                 self.on_ledger(&txn, result, &mut out)
             }
@@ -127,8 +142,18 @@ impl Participant {
     fn on_prepare(&mut self, p: Prepare, out: &mut Vec<ParticipantCommand>) {
         if let Some(t) = self.txns.get(&p.txn) {
             match &t.phase {
-                PartPhase::Reserving => out.push(self.reserve_command(&t.prepare)),
-                PartPhase::Prepared => out.push(self.reply(&p, PrepareReply::Prepared)),
+                // The pick was lost (its replica paused, say) or is still on its way; a
+                // second answer is ignored, so asking again cannot pick twice.
+                PartPhase::Picking => out.push(pick_command(&t.prepare)),
+                PartPhase::Reserving(placements) => {
+                    out.push(self.reserve_command(&t.prepare, placements))
+                }
+                PartPhase::Prepared(placements) => {
+                    let reply = PrepareReply::Prepared {
+                        placements: placements.clone(),
+                    };
+                    out.push(self.reply(&p, reply))
+                }
                 PartPhase::Refused(r) => out.push(self.reply(&p, PrepareReply::Refused(r.clone()))),
             }
             return;
@@ -153,15 +178,67 @@ impl Participant {
         match refusal {
             Some(r) => out.push(self.reply(&p, PrepareReply::Refused(r))),
             None => {
-                out.push(self.reserve_command(&p));
+                out.push(pick_command(&p));
                 self.txns.insert(
                     p.txn.clone(),
                     PartTxn {
                         prepare: p,
-                        phase: PartPhase::Reserving,
+                        phase: PartPhase::Picking,
                     },
                 );
             }
+        }
+    }
+
+    /// The runtime picked nodes (or found none): reserve them, or refuse. Only the first
+    /// answer to a pick counts.
+    fn on_picked(
+        &mut self,
+        txn: &TxnId,
+        result: Result<Vec<PodPlacement>, String>,
+        out: &mut Vec<ParticipantCommand>,
+    ) {
+        let Some(t) = self.txns.get(txn) else {
+            return;
+        };
+        if t.phase != PartPhase::Picking {
+            return;
+        }
+        let result = result.and_then(|picked| self.covers_the_part(&t.prepare, picked));
+        let (phase, command) = match result {
+            Ok(placements) => (
+                PartPhase::Reserving(placements.clone()),
+                self.reserve_command(&t.prepare, &placements),
+            ),
+            Err(reason) => (
+                PartPhase::Refused(reason.clone()),
+                self.reply(&t.prepare, PrepareReply::Refused(reason)),
+            ),
+        };
+        out.push(command);
+        if let Some(t) = self.txns.get_mut(txn) {
+            t.phase = phase;
+        }
+    }
+
+    /// A pick must place exactly the part's pods, each once: the coordinator binds what
+    /// the reply names, so a pod missing here would leave the gang partly bound.
+    fn covers_the_part(
+        &self,
+        p: &Prepare,
+        picked: Vec<PodPlacement>,
+    ) -> Result<Vec<PodPlacement>, String> {
+        let mut wanted: Vec<&str> = p.placements.iter().map(|x| x.pod.as_str()).collect();
+        let mut got: Vec<&str> = picked.iter().map(|x| x.pod.as_str()).collect();
+        wanted.sort_unstable();
+        got.sort_unstable();
+        if wanted == got {
+            Ok(picked)
+        } else {
+            Err(format!(
+                "shard {}: the pick placed pods {got:?}, the part has {wanted:?}",
+                self.shard
+            ))
         }
     }
 
@@ -169,11 +246,16 @@ impl Participant {
         let Some(t) = self.txns.get(txn) else {
             return;
         };
-        if t.phase != PartPhase::Reserving {
+        let PartPhase::Reserving(placements) = &t.phase else {
             return;
-        }
+        };
         let (phase, reply) = match result {
-            LedgerResult::Reserved { .. } => (PartPhase::Prepared, PrepareReply::Prepared),
+            LedgerResult::Reserved { .. } => (
+                PartPhase::Prepared(placements.clone()),
+                PrepareReply::Prepared {
+                    placements: placements.clone(),
+                },
+            ),
             LedgerResult::RefusedReserve { reason, .. } => {
                 let r = reason.to_string();
                 (PartPhase::Refused(r.clone()), PrepareReply::Refused(r))
@@ -186,14 +268,14 @@ impl Participant {
         }
     }
 
-    fn reserve_command(&self, p: &Prepare) -> ParticipantCommand {
+    fn reserve_command(&self, p: &Prepare, placements: &[PodPlacement]) -> ParticipantCommand {
         ParticipantCommand::ProposeToLedger(LedgerCommand::TxnReserve {
             txn: p.txn.clone(),
             shard: self.shard,
             epoch: self.epoch,
             gang: GangPlacement {
                 gang: p.gang.clone(),
-                pods: p.placements.clone(),
+                pods: placements.to_vec(),
             },
         })
     }
@@ -205,5 +287,12 @@ impl Participant {
             shard: self.shard,
             reply,
         }
+    }
+}
+
+fn pick_command(p: &Prepare) -> ParticipantCommand {
+    ParticipantCommand::Pick {
+        txn: p.txn.clone(),
+        wanted: p.placements.clone(),
     }
 }

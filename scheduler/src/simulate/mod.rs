@@ -6,6 +6,7 @@ pub mod driver;
 pub mod expect;
 pub mod fairness;
 pub mod generated;
+pub mod pool_pick;
 pub mod scenario;
 pub mod sharded;
 pub mod synthetic;

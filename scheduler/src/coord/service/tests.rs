@@ -48,7 +48,9 @@ fn every_message() -> Vec<CoordMessage> {
             txn: TXN.into(),
             participant: 2,
             participant_epoch: 3,
-            reply: PrepareReply::Prepared,
+            reply: PrepareReply::Prepared {
+                placements: vec![pod("ns/p0", "n9", 1)],
+            },
         },
         CoordMessage::Reply {
             route: Route { shard: 0, epoch: 4 },
@@ -118,7 +120,9 @@ fn a_delivered_message_is_the_event_of_the_state_machine_it_addresses() {
             event: CoordEvent::ParticipantReply {
                 txn: TXN.into(),
                 shard: 2,
-                reply: PrepareReply::Prepared,
+                reply: PrepareReply::Prepared {
+                    placements: vec![pod("ns/p0", "n9", 1)],
+                },
             },
         }
     );
@@ -243,10 +247,18 @@ fn a_malformed_reply_is_refused_naming_the_field() {
         })))),
         "refused.reason: empty"
     );
-    let mut r = reply_wire(Some(Answer::Prepared(pb::Prepared::default())));
+    let chosen = wire::placement_to_wire(&pod("ns/p0", "n9", 1));
+    let mut r = reply_wire(Some(Answer::Prepared(pb::Prepared {
+        placements: vec![chosen.clone()],
+    })));
     r.participant_epoch = 0;
     assert_eq!(err(&r), "participant_epoch: 0 (epochs start at 1)");
-    // A malformed chosen placement is named as such...
+    // A prepared answer names the nodes reserved: none is malformed...
+    assert_eq!(
+        err(&reply_wire(Some(Answer::Prepared(pb::Prepared::default())))),
+        "prepared.placements: empty (a prepared participant names the nodes it reserved)"
+    );
+    // ...and so is a malformed chosen placement, named by its index and field...
     let bad = pb::PodPlacement {
         pod: "ns/p0".into(),
         node: String::new(),
@@ -254,18 +266,19 @@ fn a_malformed_reply_is_refused_naming_the_field() {
     };
     assert_eq!(
         err(&reply_wire(Some(Answer::Prepared(pb::Prepared {
-            placements: vec![bad]
+            placements: vec![chosen.clone(), bad]
         })))),
-        "prepared.placements[0].node: empty"
+        "prepared.placements[1].node: empty"
     );
-    // ...and well-formed ones are refused too: this coordinator binds the proposed
-    // placements, so it must not acknowledge nodes it would ignore.
-    let chosen = wire::placement_to_wire(&pod("ns/p0", "n9", 1));
-    assert_eq!(
-        err(&reply_wire(Some(Answer::Prepared(pb::Prepared {
-            placements: vec![chosen]
-        })))),
-        "prepared.placements: 1 chosen placement(s); this coordinator binds the proposed ones only"
+    // ...while well-formed chosen nodes come through as they were sent.
+    let ok = wire::reply_from_wire(&reply_wire(Some(Answer::Prepared(pb::Prepared {
+        placements: vec![chosen],
+    }))))
+    .expect("well formed");
+    assert!(
+        matches!(&ok, CoordMessage::Reply { reply: PrepareReply::Prepared { placements }, .. }
+            if placements == &vec![pod("ns/p0", "n9", 1)]),
+        "{ok:?}"
     );
 }
 

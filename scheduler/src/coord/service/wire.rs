@@ -202,11 +202,13 @@ pub fn reply_to_wire(
     reply: &PrepareReply,
 ) -> pb::PrepareReplyRequest {
     let answer = match reply {
-        // The participant reserved what was proposed; the field exists for the nodes a
-        // participant picks in its own pool.
-        PrepareReply::Prepared => pb::prepare_reply_request::Answer::Prepared(pb::Prepared {
-            placements: Vec::new(),
-        }),
+        // The nodes the participant picked in its own pool and reserved: the coordinator
+        // binds these, not its hints.
+        PrepareReply::Prepared { placements } => {
+            pb::prepare_reply_request::Answer::Prepared(pb::Prepared {
+                placements: placements.iter().map(placement_to_wire).collect(),
+            })
+        }
         PrepareReply::Refused(reason) => pb::prepare_reply_request::Answer::Refused(pb::Refused {
             reason: reason.clone(),
         }),
@@ -356,20 +358,17 @@ pub fn reply_from_wire(r: &pb::PrepareReplyRequest) -> Result<CoordMessage, Wire
     let reply = match &r.answer {
         None => return Err(malformed("answer", "missing (prepared or refused)")),
         Some(pb::prepare_reply_request::Answer::Prepared(p)) => {
-            // This version's participants reserve exactly the proposed placements, and
-            // its coordinator binds those; chosen nodes it would ignore are refused
-            // rather than dropped, so a pod is never bound where it was not reserved.
-            if !p.placements.is_empty() {
-                placements_from_wire("prepared.placements", &p.placements)?;
+            // A participant that prepared reserved its part: at least one pod, on the
+            // nodes it picked (the coordinator checks they are the pods it asked for).
+            if p.placements.is_empty() {
                 return Err(malformed(
                     "prepared.placements",
-                    format!(
-                        "{} chosen placement(s); this coordinator binds the proposed ones only",
-                        p.placements.len()
-                    ),
+                    "empty (a prepared participant names the nodes it reserved)",
                 ));
             }
-            PrepareReply::Prepared
+            PrepareReply::Prepared {
+                placements: placements_from_wire("prepared.placements", &p.placements)?,
+            }
         }
         Some(pb::prepare_reply_request::Answer::Refused(f)) => {
             PrepareReply::Refused(non_empty("refused.reason", &f.reason)?)

@@ -219,6 +219,16 @@ impl World {
     fn route_part(&mut self, shard: ShardId, epoch: u64, cmds: Vec<ParticipantCommand>) {
         for c in cmds {
             match c {
+                // One node per pool here: the pick keeps the hint and the ledger judges
+                // whether it fits. Queued like a message, so it may be reordered or lost
+                // (the participant asks again on a resent prepare).
+                ParticipantCommand::Pick { txn, wanted } => {
+                    let ev = ParticipantEvent::Picked {
+                        txn,
+                        result: Ok(wanted),
+                    };
+                    self.queue.push(Msg::ToPart(shard, epoch, ev));
+                }
                 ParticipantCommand::ProposeToLedger(cmd) => {
                     self.queue.push(Msg::PartPropose(shard, epoch, cmd))
                 }

@@ -46,6 +46,18 @@ fn ledger(txn: &str, result: LedgerResult) -> CoordEvent {
     }
 }
 
+/// Shard `shard` reserved its pod (`ns/p{shard}`) on `node`.
+fn prepared_on(shard: u32, node: &str) -> PrepareReply {
+    PrepareReply::Prepared {
+        placements: vec![pod(&format!("ns/p{shard}"), node)],
+    }
+}
+
+/// Shard `shard` reserved its pod on the hinted node `n{shard}`.
+fn prepared(shard: u32) -> PrepareReply {
+    prepared_on(shard, &format!("n{shard}"))
+}
+
 fn reply(shard: u32, reply: PrepareReply) -> CoordEvent {
     CoordEvent::ParticipantReply {
         txn: TXN.into(),
@@ -126,27 +138,79 @@ fn begun_asks_only_the_lowest_shard_when_ascending_and_the_next_after_it_prepare
         prepared_to(&c.step(ledger(TXN, LedgerResult::Begun))),
         vec![1]
     );
-    assert_eq!(
-        prepared_to(&c.step(reply(1, PrepareReply::Prepared))),
-        vec![2]
-    );
+    assert_eq!(prepared_to(&c.step(reply(1, prepared(1)))), vec![2]);
 }
 
 #[test]
 fn every_participant_prepared_proposes_commit() {
     let mut c = preparing(PrepareOrder::Parallel);
-    assert_eq!(decided(&c.step(reply(1, PrepareReply::Prepared))), None);
-    let cmds = c.step(reply(2, PrepareReply::Prepared));
+    assert_eq!(decided(&c.step(reply(1, prepared(1)))), None);
+    let cmds = c.step(reply(2, prepared(2)));
     assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
     assert_eq!(c.phase(TXN), Some(Phase::Deciding(TxnDecision::Commit)));
 }
 
 #[test]
-fn a_reservation_seen_in_the_ledger_counts_as_prepared() {
+fn a_reservation_seen_in_the_ledger_waits_for_the_reply_that_names_its_nodes() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(ledger(TXN, LedgerResult::Reserved { shard: 1 }));
-    let cmds = c.step(ledger(TXN, LedgerResult::Reserved { shard: 2 }));
-    assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
+    assert!(
+        c.step(ledger(TXN, LedgerResult::Reserved { shard: 1 }))
+            .is_empty()
+    );
+    assert!(
+        c.step(ledger(TXN, LedgerResult::Reserved { shard: 2 }))
+            .is_empty()
+    );
+    assert_eq!(c.phase(TXN), Some(Phase::Preparing));
+}
+
+#[test]
+fn a_commit_binds_the_nodes_the_participants_reserved_not_the_plans_hints() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, prepared_on(1, "n7")));
+    c.step(reply(2, prepared(2)));
+    let cmds = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Commit)));
+    assert!(
+        cmds.contains(&CoordCommand::Bind {
+            txn: TXN.into(),
+            gang: "ns/g".into(),
+            pods: vec![pod("ns/p1", "n7"), pod("ns/p2", "n2")],
+        }),
+        "{cmds:?}"
+    );
+}
+
+#[test]
+fn a_resent_prepares_answer_does_not_replace_the_nodes_of_the_first() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    c.step(reply(1, prepared_on(1, "n7")));
+    assert!(c.step(reply(1, prepared_on(1, "n8"))).is_empty());
+    c.step(reply(2, prepared(2)));
+    let cmds = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Commit)));
+    let pods = cmds.iter().find_map(|c| match c {
+        CoordCommand::Bind { pods, .. } => Some(pods.clone()),
+        _ => None,
+    });
+    assert_eq!(pods, Some(vec![pod("ns/p1", "n7"), pod("ns/p2", "n2")]));
+}
+
+#[test]
+fn a_prepared_reply_naming_other_pods_than_the_part_aborts_naming_them() {
+    let mut c = preparing(PrepareOrder::Parallel);
+    let wrong = PrepareReply::Prepared {
+        placements: vec![pod("ns/p1", "n1"), pod("ns/extra", "n1")],
+    };
+    let cmds = c.step(reply(1, wrong));
+    assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
+    let done = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Abort)));
+    assert_eq!(
+        outcome(&done),
+        Some((
+            TxnOutcome::Aborted,
+            r#"shard 1 refused: its reply names pods ["ns/extra", "ns/p1"], its part has ["ns/p1"]"#
+                .into()
+        ))
+    );
 }
 
 #[test]
@@ -164,7 +228,7 @@ fn a_refusal_proposes_abort_naming_the_shard_and_reason() {
 #[test]
 fn a_refusal_from_a_shard_that_already_prepared_is_ignored_as_stale() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
     assert!(
         c.step(reply(1, PrepareReply::Refused("busy".into())))
             .is_empty()
@@ -185,8 +249,8 @@ fn a_reply_from_a_shard_that_is_not_a_participant_is_ignored() {
 #[test]
 fn a_commit_decision_binds_every_pod_and_tells_every_participant() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
-    c.step(reply(2, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
+    c.step(reply(2, prepared(2)));
     let cmds = c.step(ledger(TXN, LedgerResult::Decided(TxnDecision::Commit)));
     assert!(cmds.contains(&CoordCommand::Bind {
         txn: TXN.into(),
@@ -216,7 +280,7 @@ fn an_abort_decision_binds_nothing() {
 #[test]
 fn the_deadline_passing_while_preparing_proposes_abort() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
     let cmds = c.step(CoordEvent::Tick { now_ms: 1000 });
     assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
 }
@@ -234,8 +298,8 @@ fn the_deadline_passing_while_beginning_proposes_abort() {
 #[test]
 fn a_decision_once_proposed_is_not_changed_by_the_deadline_or_a_late_refusal() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
-    c.step(reply(2, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
+    c.step(reply(2, prepared(2)));
     let tick = c.step(CoordEvent::Tick { now_ms: 1000 });
     assert_ne!(decided(&tick), Some(TxnDecision::Abort));
     let late = c.step(reply(2, PrepareReply::Refused("late".into())));
@@ -246,8 +310,8 @@ fn a_decision_once_proposed_is_not_changed_by_the_deadline_or_a_late_refusal() {
 #[test]
 fn a_commit_refused_as_already_decided_reports_the_ledgers_abort() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
-    c.step(reply(2, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
+    c.step(reply(2, prepared(2)));
     let response = LedgerResponse::Refused(Refusal::TxnAlreadyDecided { txn: TXN.into() });
     let result = decide_result(TxnDecision::Commit, &response);
     assert_eq!(result, LedgerResult::Decided(TxnDecision::Abort));
@@ -301,7 +365,7 @@ fn an_unanswered_begin_is_resent_and_txn_exists_counts_as_begun() {
 #[test]
 fn an_unanswered_prepare_is_resent_only_to_shards_not_yet_prepared() {
     let mut c = preparing(PrepareOrder::Parallel);
-    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
     assert!(c.step(CoordEvent::Tick { now_ms: 100 }).is_empty());
     assert_eq!(
         prepared_to(&c.step(CoordEvent::Tick { now_ms: 200 })),
@@ -322,7 +386,7 @@ fn an_unanswered_decision_is_reproposed_then_given_up_as_unfinished() {
     );
     c.step(start(TXN, &[1], 0, 100_000));
     c.step(ledger(TXN, LedgerResult::Begun));
-    c.step(reply(1, PrepareReply::Prepared));
+    c.step(reply(1, prepared(1)));
     assert_eq!(
         decided(&c.step(CoordEvent::Tick { now_ms: 200 })),
         Some(TxnDecision::Commit)
@@ -335,7 +399,7 @@ fn an_unanswered_decision_is_reproposed_then_given_up_as_unfinished() {
 fn a_prepared_reply_before_the_begin_answer_proves_the_begin_landed() {
     let mut c = coord(PrepareOrder::Parallel);
     c.step(start(TXN, &[1], 0, 1000));
-    let cmds = c.step(reply(1, PrepareReply::Prepared));
+    let cmds = c.step(reply(1, prepared(1)));
     assert_eq!(decided(&cmds), Some(TxnDecision::Commit));
 }
 
@@ -501,10 +565,54 @@ fn part_reply(cmds: &[ParticipantCommand]) -> Option<PrepareReply> {
     })
 }
 
+fn picked(txn: &str, result: Result<Vec<PodPlacement>, String>) -> ParticipantEvent {
+    ParticipantEvent::Picked {
+        txn: txn.into(),
+        result,
+    }
+}
+
+fn accepted() -> LedgerResult {
+    let accepted = LedgerResponse::Gangs(vec![phalanx_statestore::GangOutcome {
+        gang: "ns/g".into(),
+        decision: phalanx_statestore::GangDecision::Accepted,
+    }]);
+    reserve_result(1, &accepted)
+}
+
+fn reserve_of(cmds: &[ParticipantCommand]) -> Option<Vec<PodPlacement>> {
+    cmds.iter().find_map(|c| match c {
+        ParticipantCommand::ProposeToLedger(LedgerCommand::TxnReserve { gang, .. }) => {
+            Some(gang.pods.clone())
+        }
+        _ => None,
+    })
+}
+
+fn picks(cmds: &[ParticipantCommand]) -> usize {
+    cmds.iter()
+        .filter(|c| matches!(c, ParticipantCommand::Pick { .. }))
+        .count()
+}
+
 #[test]
-fn a_prepare_proposes_txn_reserve_of_its_part_at_the_participants_epoch() {
+fn a_prepare_asks_the_runtime_to_pick_nodes_with_the_coordinators_as_hints() {
     let mut p = Participant::new(1, 3, ParticipantConfig::default());
     let cmds = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    assert_eq!(
+        cmds,
+        vec![ParticipantCommand::Pick {
+            txn: TXN.into(),
+            wanted: vec![pod("ns/p1", "n1")],
+        }]
+    );
+}
+
+#[test]
+fn a_pick_proposes_txn_reserve_of_the_picked_nodes_at_the_participants_epoch() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let cmds = p.step(picked(TXN, Ok(vec![pod("ns/p1", "n4")])));
     let ParticipantCommand::ProposeToLedger(LedgerCommand::TxnReserve {
         txn,
         shard,
@@ -515,22 +623,61 @@ fn a_prepare_proposes_txn_reserve_of_its_part_at_the_participants_epoch() {
         panic!("{cmds:?}")
     };
     assert_eq!((txn.as_str(), *shard, *epoch), (TXN, 1, 3));
-    assert_eq!(gang.pods, vec![pod("ns/p1", "n1")]);
+    assert_eq!(gang.gang, "ns/g");
+    assert_eq!(gang.pods, vec![pod("ns/p1", "n4")]);
     assert_eq!(part_reply(&cmds), None, "it answers only after the ledger");
 }
 
 #[test]
-fn a_reservation_accepted_by_the_ledger_replies_prepared_to_the_coordinator() {
+fn a_pick_that_keeps_the_hint_reserves_the_hinted_node() {
     let mut p = Participant::new(1, 3, ParticipantConfig::default());
     p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
-    let accepted = LedgerResponse::Gangs(vec![phalanx_statestore::GangOutcome {
-        gang: "ns/g".into(),
-        decision: phalanx_statestore::GangDecision::Accepted,
-    }]);
-    let result = reserve_result(1, &accepted);
+    let cmds = p.step(picked(TXN, Ok(vec![pod("ns/p1", "n1")])));
+    assert_eq!(reserve_of(&cmds), Some(vec![pod("ns/p1", "n1")]));
+}
+
+#[test]
+fn no_node_of_the_pool_replies_refused_with_the_picks_reason_and_reserves_nothing() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let why = "shard 1: pod ns/p1: no node of shard 1's pool fits it".to_string();
+    let cmds = p.step(picked(TXN, Err(why.clone())));
+    assert_eq!(
+        cmds,
+        vec![ParticipantCommand::Reply {
+            to: 0,
+            txn: TXN.into(),
+            shard: 1,
+            reply: PrepareReply::Refused(why.clone()),
+        }]
+    );
+    let again = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    assert_eq!(part_reply(&again), Some(PrepareReply::Refused(why)));
+    assert_eq!(picks(&again), 0);
+}
+
+#[test]
+fn a_pick_that_misses_a_pod_of_the_part_is_refused_naming_the_pods() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let cmds = p.step(picked(TXN, Ok(vec![pod("ns/other", "n1")])));
+    assert_eq!(
+        part_reply(&cmds),
+        Some(PrepareReply::Refused(
+            r#"shard 1: the pick placed pods ["ns/other"], the part has ["ns/p1"]"#.into()
+        ))
+    );
+    assert_eq!(reserve_of(&cmds), None);
+}
+
+#[test]
+fn a_reservation_accepted_by_the_ledger_replies_prepared_naming_the_picked_nodes() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    p.step(picked(TXN, Ok(vec![pod("ns/p1", "n4")])));
     let cmds = p.step(ParticipantEvent::LedgerApplied {
         txn: TXN.into(),
-        result,
+        result: accepted(),
     });
     assert_eq!(
         cmds,
@@ -538,7 +685,9 @@ fn a_reservation_accepted_by_the_ledger_replies_prepared_to_the_coordinator() {
             to: 0,
             txn: TXN.into(),
             shard: 1,
-            reply: PrepareReply::Prepared
+            reply: PrepareReply::Prepared {
+                placements: vec![pod("ns/p1", "n4")]
+            }
         }]
     );
 }
@@ -547,6 +696,7 @@ fn a_reservation_accepted_by_the_ledger_replies_prepared_to_the_coordinator() {
 fn a_reservation_refused_by_the_ledger_replies_refused_with_its_reason() {
     let mut p = Participant::new(1, 3, ParticipantConfig::default());
     p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    p.step(picked(TXN, Ok(vec![pod("ns/p1", "n1")])));
     let r = Refusal::StaleEpoch {
         shard: 1,
         proposed: 3,
@@ -566,14 +716,36 @@ fn a_reservation_refused_by_the_ledger_replies_refused_with_its_reason() {
 }
 
 #[test]
-fn a_repeated_prepare_repeats_the_answer_or_reproposes_while_unknown() {
+fn a_ledger_result_before_any_pick_is_ignored() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    let cmds = p.step(ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result: accepted(),
+    });
+    assert!(cmds.is_empty(), "{cmds:?}");
+}
+
+#[test]
+fn a_repeated_prepare_while_picking_asks_again_and_only_the_first_answer_counts() {
     let mut p = Participant::new(1, 3, ParticipantConfig::default());
     p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
     let again = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
-    assert!(matches!(
-        again.as_slice(),
-        [ParticipantCommand::ProposeToLedger(_)]
-    ));
+    assert_eq!(picks(&again), 1, "the first pick may have been lost");
+    let first = p.step(picked(TXN, Ok(vec![pod("ns/p1", "n4")])));
+    assert_eq!(reserve_of(&first), Some(vec![pod("ns/p1", "n4")]));
+    let second = p.step(picked(TXN, Ok(vec![pod("ns/p1", "n5")])));
+    assert!(second.is_empty(), "{second:?}");
+}
+
+#[test]
+fn a_repeated_prepare_after_the_pick_does_not_pick_again_it_reproposes_or_repeats() {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    p.step(picked(TXN, Ok(vec![pod("ns/p1", "n4")])));
+    let again = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
+    assert_eq!(picks(&again), 0);
+    assert_eq!(reserve_of(&again), Some(vec![pod("ns/p1", "n4")]));
     let dup = LedgerResponse::Refused(Refusal::TxnAlreadyReserved {
         txn: TXN.into(),
         shard: 1,
@@ -584,7 +756,13 @@ fn a_repeated_prepare_repeats_the_answer_or_reproposes_while_unknown() {
         result,
     });
     let third = p.step(ParticipantEvent::Prepare(prepare(TXN, 100)));
-    assert_eq!(part_reply(&third), Some(PrepareReply::Prepared));
+    assert_eq!(picks(&third), 0);
+    assert_eq!(
+        part_reply(&third),
+        Some(PrepareReply::Prepared {
+            placements: vec![pod("ns/p1", "n4")]
+        })
+    );
 }
 
 #[test]
