@@ -138,7 +138,9 @@ struct SimulateArgs {
     pod_seconds: Option<String>,
     /// Inject a fault at a simulated time (repeatable): kill:leader@30s, kill:replica-2@10s,
     /// restart:last@40s, isolate:replica-1@5s, heal:replica-1@20s; and for scheduler
-    /// replicas: pause:replica-2@10s (+15s for a duration), resume:replica-2@25s.
+    /// replicas: pause:replica-2@10s (+15s for a duration), resume:replica-2@25s. With
+    /// --shards, kill:leader stops the leading replica whole (ledger and scheduler) and
+    /// restart:last brings back the last replica stopped.
     #[arg(long = "fault", value_name = "SPEC")]
     faults: Vec<String>,
     /// Hide the progress bar of generated runs.
