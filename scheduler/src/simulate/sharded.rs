@@ -202,8 +202,9 @@ pub struct ShardReport {
     /// batch with replicas) and the commands in them.
     pub ledger_proposals: u64,
     pub ledger_commands: u64,
-    /// Every `kill:` fault: the shards it left without an owner (all of them for
-    /// `kill:leader`) and how long until the next pod was bound on a node of one of them.
+    /// Every `kill:` fault: the shards it left without an owner (`kill:leader` is the
+    /// leading replica's shards; all of them with a one-replica ledger, where no replica
+    /// dies) and how long until the next pod was bound on a node of one of them.
     pub failovers: Vec<FailoverRecord>,
 }
 
