@@ -46,8 +46,16 @@ struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
     /// This replica's ledger id (1, 2, ...).
-    #[arg(long)]
-    id: u64,
+    #[arg(
+        long,
+        required_unless_present = "id_from_pod_name",
+        conflicts_with = "id_from_pod_name"
+    )]
+    id: Option<u64>,
+    /// Take the ledger id from a StatefulSet pod name `<name>-<ordinal>`: ordinal + 1
+    /// (the Helm chart passes `$(POD_NAME)` from the downward API).
+    #[arg(long, value_name = "POD_NAME")]
+    id_from_pod_name: Option<String>,
     /// Address the ledger replica serves gRPC on.
     #[arg(long, default_value = "127.0.0.1:7001", value_name = "HOST:PORT")]
     listen: std::net::SocketAddr,
@@ -174,7 +182,21 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    use phalanx_scheduler::serve::{ServeOptions, parse_peers, run};
+    use phalanx_scheduler::serve::{ServeOptions, identity, parse_peers, run};
+    let id = match (args.id, &args.id_from_pod_name) {
+        (Some(id), _) => id,
+        (None, Some(name)) => match identity::id_from_pod_name(name) {
+            Ok(id) => id,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        },
+        (None, None) => {
+            eprintln!("error: --id or --id-from-pod-name is required");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let peers = match parse_peers(&args.peers) {
         Ok(p) => p,
         Err(e) => {
@@ -208,12 +230,12 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     let opts = ServeOptions {
         kubeconfig: args.kubeconfig,
-        id: args.id,
+        id,
         listen: args.listen,
         peers,
         data_dir: args
             .data_dir
-            .unwrap_or_else(|| PathBuf::from(format!("phalanx-data/{}", args.id))),
+            .unwrap_or_else(|| PathBuf::from(format!("phalanx-data/{id}"))),
         http: args.http,
         scheduler_name: args.scheduler_name,
         period_ms: args.period_ms,

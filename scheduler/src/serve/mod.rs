@@ -24,6 +24,7 @@
 //! gone, and accounts pods that other schedulers bound.
 
 pub mod http;
+pub mod identity;
 pub mod ledger;
 
 use std::collections::{BTreeMap, HashSet};

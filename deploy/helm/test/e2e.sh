@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# The Helm chart deploy/helm/phalanx, checked end to end:
+#
+#   1. offline: the chart's CRDs are deploy/crds/; helm lint and helm template with the
+#      default values and several others; bad values refused; the rendered-YAML checks
+#      (scheduler/tests/helm_chart.rs);
+#   2. on a testbed of its own (other ports and dir than the default one): server-side dry
+#      run of the rendered manifests, helm install, Pod Security "restricted" enforced on a
+#      pod made from the installed StatefulSet, the service account's rights (kubectl auth
+#      can-i), the replica-count guard on upgrade, then the installed StatefulSet's pods run
+#      as processes with the service account's token (a gang placed, the leader SIGKILLed,
+#      another gang placed), and helm uninstall.
+#
+# Prints one line per check and `helm: N passed, M failed`; exits 1 on any failure.
+# Needs go (helm and kubectl are built from Go modules by deploy/testbed/testbed, cached),
+# cargo, curl, openssl, python3 (standard library only).
+set -uo pipefail
+set -f # no globbing: "kubectl auth can-i * *" below means the words
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+CHART="$ROOT/deploy/helm/phalanx"
+TESTBED="$ROOT/deploy/testbed/testbed"
+
+# A testbed of our own, so one at the default ports and dir (another CI step, a developer's)
+# is never touched; the replicas' ports are PHALANX_HELM_PORT_BASE+1.. and +51...
+export PHALANX_TESTBED_DIR="${PHALANX_HELM_TESTBED_DIR:-/tmp/phalanx-testbed-helm}"
+export PHALANX_ETCD_PORT="${PHALANX_HELM_ETCD_PORT:-42379}"
+export PHALANX_ETCD_PEER_PORT="${PHALANX_HELM_ETCD_PEER_PORT:-42380}"
+export PHALANX_APISERVER_PORT="${PHALANX_HELM_APISERVER_PORT:-46443}"
+export PHALANX_KWOK_PORT="${PHALANX_HELM_KWOK_PORT:-40247}"
+export PHALANX_KUBE_SCHEDULER_PORT="${PHALANX_HELM_KUBE_SCHEDULER_PORT:-40259}"
+export PHALANX_HELM_PORT_BASE="${PHALANX_HELM_PORT_BASE:-47100}"
+NS=phalanx-system
+RELEASE=phalanx
+SA="system:serviceaccount:$NS:phalanx"
+
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/phalanx-helm-e2e.XXXXXX")"
+passed=0
+failed=0
+n=0
+
+# check NAME COMMAND...: runs it, output kept in $OUT; one line either way.
+check() {
+  local name="$1"
+  shift
+  n=$((n + 1))
+  if "$@" >"$OUT/check-$n.log" 2>&1; then
+    passed=$((passed + 1))
+    echo "helm: ok   $name"
+  else
+    failed=$((failed + 1))
+    echo "helm: FAIL $name (output: $OUT/check-$n.log)"
+    tail -n 15 "$OUT/check-$n.log" | sed 's/^/      /'
+  fi
+}
+
+# refused NAME PATTERN COMMAND...: the command fails and says PATTERN.
+refused() {
+  local pattern="$1"
+  shift
+  if "$@" >"$OUT/refused.log" 2>&1; then
+    echo "expected a refusal, it succeeded"
+    return 1
+  fi
+  grep -q -- "$pattern" "$OUT/refused.log" || { cat "$OUT/refused.log"; return 1; }
+}
+
+finish() {
+  echo "helm: wall time ${SECONDS}s"
+  echo "helm: $passed passed, $failed failed (logs: $OUT)"
+  [[ $failed -eq 0 ]]
+}
+
+# ------------------------------------------------------------------ tools
+"$TESTBED" build --helm --kubectl || { echo "helm: FAIL building the testbed, helm and kubectl"; exit 1; }
+HELM="$("$TESTBED" tool-path helm)"
+KUBECTL="$("$TESTBED" tool-path kubectl)"
+export PHALANX_HELM="$HELM"
+echo "helm: using $("$HELM" version --short) and kubectl $("$KUBECTL" version --client -o json | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | head -1)"
+
+# ------------------------------------------------------------------ offline
+crds_identical() {
+  local f
+  for f in podgroups queues; do
+    cmp "$ROOT/deploy/crds/$f.yaml" "$CHART/crds/$f.yaml" || return 1
+  done
+  [[ "$(ls "$CHART/crds" | wc -l)" -eq 2 ]]
+}
+check "the chart's crds/ are deploy/crds/ byte for byte" crds_identical
+
+VALUE_SETS=(
+  ""
+  "replicas=5"
+  "replicas=1,podDisruptionBudget.enabled=false"
+  "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,networkPolicy.enabled=true"
+  "podAntiAffinity=preferred,topologySpread.enabled=false,priorityClassName="
+  "fullnameOverride=sched,clusterDomain=corp.example,ports.raft=9000,listenAddress=::"
+  "serviceAccount.create=false,serviceAccount.name=existing,rbac.create=false"
+)
+for set in "${VALUE_SETS[@]}"; do
+  args=()
+  [[ -n "$set" ]] && args=(--set "$set")
+  check "helm lint --strict ${set:-(default values)}" "$HELM" lint --strict "$CHART" "${args[@]}"
+  check "helm template ${set:-(default values)}" "$HELM" template "$RELEASE" "$CHART" -n "$NS" "${args[@]}"
+done
+check "replicas=0 is refused by the schema" refused "replicas" "$HELM" template x "$CHART" --set replicas=0
+check "a misspelt key is refused by the schema" refused "replicaz" "$HELM" template x "$CHART" --set replicaz=3
+check "rendered-YAML checks (cargo test --test helm_chart)" \
+  cargo test -p phalanx-scheduler --test helm_chart -- --ignored --skip the_installed
+
+# ------------------------------------------------------------------ testbed
+if "$TESTBED" status >/dev/null 2>&1; then
+  echo "helm: FAIL a testbed is already up at $PHALANX_TESTBED_DIR; run '$TESTBED down' with the same env"
+  failed=$((failed + 1))
+  finish
+  exit 1
+fi
+trap '"$TESTBED" down >/dev/null 2>&1' EXIT
+if ! "$TESTBED" up --nodes 16 >"$OUT/testbed-up.log" 2>&1; then
+  tail -n 20 "$OUT/testbed-up.log"
+  echo "helm: FAIL the testbed did not come up"
+  failed=$((failed + 1))
+  finish
+  exit 1
+fi
+export KUBECONFIG="$("$TESTBED" kubeconfig-path)"
+export PHALANX_E2E_KUBECONFIG="$KUBECONFIG"
+k() { "$KUBECTL" "$@"; }
+
+# The namespace as docs/install.md says: Pod Security "restricted" enforced.
+k create namespace "$NS" >/dev/null
+k label namespace "$NS" pod-security.kubernetes.io/enforce=restricted \
+  pod-security.kubernetes.io/warn=restricted >/dev/null
+
+dry_run() {
+  k apply --server-side --dry-run=server -f "$CHART/crds/" &&
+    "$HELM" template "$RELEASE" "$CHART" -n "$NS" "$@" |
+    k apply --server-side --dry-run=server --field-manager=helm-e2e -f -
+}
+check "kubectl apply --server-side --dry-run=server (default values)" dry_run
+check "kubectl apply --server-side --dry-run=server (networkPolicy, 5 replicas)" \
+  dry_run --set networkPolicy.enabled=true,replicas=5
+
+check "helm install" "$HELM" install "$RELEASE" "$CHART" -n "$NS"
+installed() {
+  local what
+  for what in statefulset/phalanx service/phalanx-peers service/phalanx-metrics \
+    serviceaccount/phalanx configmap/phalanx-config poddisruptionbudget/phalanx; do
+    k -n "$NS" get "$what" -o name || return 1
+  done
+  k get clusterrole/phalanx clusterrolebinding/phalanx -o name &&
+    k wait --for condition=Established --timeout=30s \
+      crd/podgroups.scheduling.volcano.sh crd/queues.scheduling.volcano.sh
+}
+check "the release's objects exist and the CRDs are Established" installed
+
+# A pod as the StatefulSet controller would make it (name, the claim's volume), created
+# with a server dry run in the restricted namespace: PodSecurity admission judges it.
+pod_from_statefulset() { # ordinal [python expression applied to the pod]
+  k -n "$NS" get statefulset phalanx -o json | python3 -c '
+import json, sys
+sts = json.load(sys.stdin)
+ordinal, tweak = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+name = sts["metadata"]["name"] + "-" + ordinal
+t = sts["spec"]["template"]
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": name, "namespace": sts["metadata"]["namespace"],
+                    "labels": t["metadata"].get("labels", {})},
+       "spec": t["spec"]}
+for c in sts["spec"].get("volumeClaimTemplates", []):
+    claim = c["metadata"]["name"]
+    pod["spec"].setdefault("volumes", []).append(
+        {"name": claim, "persistentVolumeClaim": {"claimName": claim + "-" + name}})
+if tweak:
+    exec(tweak)
+print(json.dumps(pod))
+' "$@"
+}
+psa_admits() { pod_from_statefulset 0 | k create --dry-run=server -f -; }
+psa_refuses_root() {
+  pod_from_statefulset 0 'pod["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = False; pod["spec"]["securityContext"]["runAsNonRoot"] = False' |
+    refused "violates PodSecurity" k create --dry-run=server -f -
+}
+check "Pod Security restricted admits the replicas' pod (server dry run)" psa_admits
+check "Pod Security restricted is enforced (the same pod as root is refused)" psa_refuses_root
+
+can() { [[ "$(k auth can-i "$@" --as="$SA" 2>/dev/null)" == yes ]]; }
+cannot() { [[ "$(k auth can-i "$@" --as="$SA" 2>/dev/null)" == no ]]; }
+needed_rights() {
+  local r
+  for r in "get nodes" "list nodes" "watch nodes" "get pods" "list pods" "watch pods" \
+    "list priorityclasses.scheduling.k8s.io" "watch priorityclasses.scheduling.k8s.io" \
+    "list podgroups.scheduling.volcano.sh" "watch podgroups.scheduling.volcano.sh" \
+    "patch podgroups.scheduling.volcano.sh -n team-a" \
+    "list queues.scheduling.volcano.sh" "watch queues.scheduling.volcano.sh" \
+    "create pods/binding -n team-a" "create pods/eviction -n team-a" \
+    "create events.events.k8s.io -n team-a"; do
+    # shellcheck disable=SC2086 # each entry is verb, resource and flags
+    can $r || { echo "the service account cannot: $r"; return 1; }
+  done
+}
+dangerous_rights() {
+  local r
+  for r in "update nodes" "patch nodes" "delete pods -n team-a" "create pods -n team-a" \
+    "get secrets -n $NS" "list secrets" "create customresourcedefinitions.apiextensions.k8s.io" \
+    "update podgroups.scheduling.volcano.sh" "create podgroups.scheduling.volcano.sh" \
+    "update queues.scheduling.volcano.sh" "create events -n team-a" "* *" \
+    "create clusterrolebindings.rbac.authorization.k8s.io" "impersonate serviceaccounts"; do
+    # shellcheck disable=SC2086
+    cannot $r || { echo "the service account CAN: $r"; return 1; }
+  done
+}
+check "kubectl auth can-i: the service account has every right serve uses" needed_rights
+check "kubectl auth can-i: and none of the dangerous ones" dangerous_rights
+k auth can-i --list --as="$SA" >"$OUT/can-i-list.txt" 2>&1 || true
+
+check "helm upgrade to replicas=5 is refused (serve cannot change Raft membership)" \
+  refused "cannot change its Raft membership" "$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --set replicas=5
+check "helm upgrade with the same replicas goes through" \
+  "$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --set scheduler.periodMs=500
+
+# The service account's token in a kubeconfig: the replicas run as the chart's identity.
+sa_kubeconfig() {
+  local token server ca
+  token="$(k -n "$NS" create token phalanx --duration=1h)" || return 1
+  server="$(k config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
+  ca="$(k config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+  cat >"$OUT/sa-kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster: {server: "$server", certificate-authority-data: "$ca"}
+users:
+- name: phalanx-sa
+  user: {token: "$token"}
+contexts:
+- name: phalanx-sa
+  context: {cluster: testbed, user: phalanx-sa}
+current-context: phalanx-sa
+EOF
+  chmod 600 "$OUT/sa-kubeconfig"
+  KUBECONFIG="$OUT/sa-kubeconfig" k auth whoami -o jsonpath='{.status.userInfo.username}' | grep -qx "$SA"
+}
+check "a kubeconfig with the service account's token (kubectl create token)" sa_kubeconfig
+run_pods() {
+  PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
+    PHALANX_HELM_STATEFULSET=phalanx \
+    cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
+    the_installed_statefulsets_pods_run_as_processes_place_gangs_and_survive_the_leader_killed --nocapture
+}
+check "the installed StatefulSet's pods as processes: gang placed, leader SIGKILLed, gang placed" run_pods
+grep '^helm e2e:' "$OUT/check-$n.log" | sed 's/^/      /'
+
+uninstalled() {
+  "$HELM" uninstall "$RELEASE" -n "$NS" &&
+    ! k -n "$NS" get statefulset/phalanx >/dev/null 2>&1 &&
+    ! k get clusterrole/phalanx >/dev/null 2>&1 &&
+    # helm never deletes what crds/ installed: PodGroups and Queues outlive the release.
+    k get crd/podgroups.scheduling.volcano.sh -o name
+}
+check "helm uninstall removes the release and keeps the CRDs" uninstalled
+
+finish

@@ -1,0 +1,455 @@
+//! The Helm chart `deploy/helm/phalanx`: what `helm template` renders, and the rendered
+//! replicas run as processes against the testbed.
+//!
+//! The checks of rendered YAML need the helm binary (`deploy/testbed/testbed build --helm`;
+//! `$PHALANX_HELM` overrides), the replicas' run needs a testbed with the chart installed: both
+//! are `#[ignore]`d and run by `deploy/helm/test/e2e.sh`, which builds helm, brings the
+//! testbed up and installs the chart first. The check that the chart's CRDs are
+//! `deploy/crds/` needs nothing and always runs.
+
+mod helm_chart {
+    pub mod chart;
+    pub mod pod_process;
+}
+
+use std::collections::BTreeMap;
+
+use helm_chart::chart::{
+    Rendered, container, find, objects_of_kind, read_repo_file, render, render_args, repo_root,
+    statefulset,
+};
+use serde_json::{Value, json};
+
+const NS: &str = "phalanx-system";
+
+#[test]
+fn the_charts_crds_are_deploy_crds_byte_for_byte() {
+    for f in ["podgroups.yaml", "queues.yaml"] {
+        let chart = read_repo_file(&format!("deploy/helm/phalanx/crds/{f}"));
+        let source = read_repo_file(&format!("deploy/crds/{f}"));
+        assert!(
+            chart == source,
+            "deploy/helm/phalanx/crds/{f} differs from deploy/crds/{f}: copy it again (cp deploy/crds/*.yaml deploy/helm/phalanx/crds/)"
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(repo_root().join("deploy/helm/phalanx/crds"))
+        .expect("the chart has crds/")
+        .map(|e| {
+            e.expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(names.len(), 2, "crds/ holds only the two CRDs: {names:?}");
+}
+
+#[test]
+fn the_charts_command_is_the_images_entrypoint() {
+    let dockerfile = read_repo_file("deploy/Dockerfile");
+    let entrypoint = dockerfile
+        .lines()
+        .find(|l| l.starts_with("ENTRYPOINT"))
+        .expect("deploy/Dockerfile has an ENTRYPOINT");
+    let template = read_repo_file("deploy/helm/phalanx/templates/statefulset.yaml");
+    let command = template
+        .lines()
+        .skip_while(|l| l.trim() != "command:")
+        .nth(1)
+        .expect("the StatefulSet template spells out command")
+        .trim()
+        .trim_start_matches("- ")
+        .to_string();
+    assert_eq!(entrypoint, format!("ENTRYPOINT [\"{command}\"]"));
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_default_chart_runs_three_parallel_replicas_each_with_a_claim() {
+    let docs = render(NS, &[]);
+    let sts = statefulset(&docs);
+    let spec = &sts["spec"];
+    assert_eq!(spec["replicas"], json!(3));
+    assert_eq!(spec["podManagementPolicy"], json!("Parallel"));
+    assert_eq!(spec["serviceName"], json!("phalanx-peers"));
+    let claims = spec["volumeClaimTemplates"].as_array().expect("claims");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["metadata"]["name"], json!("data"));
+    let c = container(&docs);
+    let data = c["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "data")
+        .expect("the claim is mounted");
+    assert!(args(&docs).contains(&format!(
+        "--data-dir={}",
+        data["mountPath"].as_str().expect("a path")
+    )));
+    let peers = find(&docs, "Service", "phalanx-peers");
+    assert_eq!(peers["spec"]["clusterIP"], json!("None"));
+    assert_eq!(peers["spec"]["publishNotReadyAddresses"], json!(true));
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["priorityClassName"],
+        json!("system-cluster-critical")
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn peers_name_every_replica_by_its_stable_dns_name_for_3_and_5_replicas() {
+    for n in [3usize, 5] {
+        let docs = render(NS, &[format!("replicas={n}").as_str()]);
+        let expected: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    "{}=phalanx-{i}.phalanx-peers.{NS}.svc.cluster.local:7001",
+                    i + 1
+                )
+            })
+            .collect();
+        let a = args(&docs);
+        assert!(
+            a.contains(&format!("--peers={}", expected.join(","))),
+            "{n} replicas: {a:?}"
+        );
+        assert!(a.contains(&"--id-from-pod-name=$(POD_NAME)".to_string()));
+        assert_eq!(statefulset(&docs)["spec"]["replicas"], json!(n));
+    }
+    let docs = render(
+        "team-a",
+        &[
+            "fullnameOverride=sched",
+            "clusterDomain=corp.example",
+            "ports.raft=9000",
+        ],
+    );
+    assert!(args(&docs).contains(
+        &"--peers=1=sched-0.sched-peers.team-a.svc.corp.example:9000,2=sched-1.sched-peers.team-a.svc.corp.example:9000,3=sched-2.sched-peers.team-a.svc.corp.example:9000"
+            .to_string()
+    ));
+    assert!(args(&docs).contains(&"--listen=0.0.0.0:9000".to_string()));
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_pods_meet_pod_security_restricted() {
+    let docs = render(NS, &[]);
+    let pod = &statefulset(&docs)["spec"]["template"]["spec"];
+    let psc = &pod["securityContext"];
+    assert_eq!(psc["runAsNonRoot"], json!(true));
+    assert_eq!(psc["seccompProfile"]["type"], json!("RuntimeDefault"));
+    assert_ne!(psc["runAsUser"], json!(0));
+    let sc = &container(&docs)["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], json!(true));
+    assert_eq!(sc["allowPrivilegeEscalation"], json!(false));
+    assert_eq!(sc["readOnlyRootFilesystem"], json!(true));
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert!(sc["capabilities"].get("add").is_none());
+    assert_eq!(sc["seccompProfile"]["type"], json!("RuntimeDefault"));
+    // restricted allows only these volume types (the claim is a persistentVolumeClaim).
+    for v in pod["volumes"].as_array().expect("volumes") {
+        let kind: Vec<&String> = v
+            .as_object()
+            .expect("a volume")
+            .keys()
+            .filter(|k| *k != "name")
+            .collect();
+        assert!(
+            matches!(
+                kind[0].as_str(),
+                "configMap" | "emptyDir" | "secret" | "projected"
+            ),
+            "volume {v}"
+        );
+    }
+    assert!(pod.get("hostNetwork").is_none() && pod.get("hostPID").is_none());
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_cluster_role_grants_exactly_what_serve_uses() {
+    let docs = render(NS, &[]);
+    let role = find(&docs, "ClusterRole", "phalanx");
+    let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                let verbs = got.entry((g.clone(), r)).or_default();
+                verbs.extend(strings(&rule["verbs"]));
+                verbs.sort();
+            }
+        }
+    }
+    let read = ["get", "list", "watch"];
+    let want: BTreeMap<(String, String), Vec<String>> = [
+        ("", "nodes", &read[..]),
+        ("", "pods", &read[..]),
+        ("", "pods/binding", &["create"][..]),
+        ("", "pods/eviction", &["create"][..]),
+        ("scheduling.k8s.io", "priorityclasses", &read[..]),
+        (
+            "scheduling.volcano.sh",
+            "podgroups",
+            &["get", "list", "patch", "watch"][..],
+        ),
+        ("scheduling.volcano.sh", "queues", &read[..]),
+        ("events.k8s.io", "events", &["create"][..]),
+    ]
+    .into_iter()
+    .map(|(g, r, v)| {
+        (
+            (g.to_string(), r.to_string()),
+            v.iter().map(|s| s.to_string()).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(got, want);
+    let binding = find(&docs, "ClusterRoleBinding", "phalanx");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "phalanx", "namespace": NS}])
+    );
+    assert_eq!(binding["roleRef"]["name"], json!("phalanx"));
+    let sts = statefulset(&docs);
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["serviceAccountName"],
+        json!("phalanx")
+    );
+    assert!(
+        !args(&docs).iter().any(|a| a.contains("install-crds")),
+        "serve must not install CRDs: the chart does"
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_disruption_budget_lets_one_replica_go_at_a_time() {
+    let docs = render(NS, &[]);
+    let pdb = find(&docs, "PodDisruptionBudget", "phalanx");
+    assert_eq!(pdb["spec"]["maxUnavailable"], json!(1));
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        statefulset(&docs)["spec"]["selector"]["matchLabels"]
+    );
+    let off = render(NS, &["podDisruptionBudget.enabled=false"]);
+    assert!(objects_of_kind(&off, "PodDisruptionBudget").is_empty());
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn replicas_avoid_sharing_a_node_and_spread_over_zones_without_requiring_them() {
+    let docs = render(NS, &[]);
+    let pod = &statefulset(&docs)["spec"]["template"]["spec"];
+    let selector = &statefulset(&docs)["spec"]["selector"]["matchLabels"];
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(anti[0]["topologyKey"], json!("kubernetes.io/hostname"));
+    assert_eq!(&anti[0]["labelSelector"]["matchLabels"], selector);
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], json!("topology.kubernetes.io/zone"));
+    assert_eq!(spread["whenUnsatisfiable"], json!("ScheduleAnyway"));
+    assert_eq!(&spread["labelSelector"]["matchLabels"], selector);
+    let soft = render(NS, &["podAntiAffinity=preferred"]);
+    let pod = &statefulset(&soft)["spec"]["template"]["spec"];
+    assert!(
+        pod["affinity"]["podAntiAffinity"]
+            .get("requiredDuringSchedulingIgnoredDuringExecution")
+            .is_none()
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn probes_ask_serve_for_healthz_and_readyz_on_its_http_port() {
+    let docs = render(NS, &[]);
+    let c = container(&docs);
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "http"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "http"})
+    );
+    let http = c["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "http")
+        .expect("an http port");
+    assert!(args(&docs).contains(&format!(
+        "--http=0.0.0.0:{}",
+        http["containerPort"].as_i64().expect("a port")
+    )));
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_default_scheduler_conf_is_phalanxs_built_in_one_and_a_users_replaces_it() {
+    let docs = render(NS, &[]);
+    let cm = find(&docs, "ConfigMap", "phalanx-config");
+    let text = cm["data"]["volcano-scheduler.conf"]
+        .as_str()
+        .expect("the conf");
+    assert_eq!(
+        text.trim(),
+        phalanx_scheduler::framework::conf::DEFAULT_CONF.trim()
+    );
+    assert!(args(&docs).contains(&"--config=/etc/phalanx/volcano-scheduler.conf".to_string()));
+    let mine = "actions: \"enqueue, allocate\"\ntiers:\n- plugins:\n  - name: gang\n";
+    let file = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(file.path(), mine).expect("the conf is written");
+    let docs = render_args(
+        NS,
+        &[
+            "--set-file".into(),
+            format!("scheduler.config={}", file.path().display()),
+        ],
+    );
+    let cm = find(&docs, "ConfigMap", "phalanx-config");
+    assert_eq!(
+        cm["data"]["volcano-scheduler.conf"].as_str().map(str::trim),
+        Some(mine.trim())
+    );
+    let checksums: Vec<Value> = [render(NS, &[]), docs]
+        .iter()
+        .map(|d| {
+            statefulset(d)["spec"]["template"]["metadata"]["annotations"]["checksum/config"].clone()
+        })
+        .collect();
+    assert_ne!(
+        checksums[0], checksums[1],
+        "a new conf must restart the replicas"
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn serve_flags_and_resources_follow_the_values() {
+    let docs = render(
+        NS,
+        &[
+            "scheduler.name=gang",
+            "scheduler.periodMs=250",
+            "scheduler.kubeQps=20",
+            "scheduler.kubeBurst=40",
+            "scheduler.syncTimeoutSeconds=120",
+            "scheduler.logLevel=debug",
+            "scheduler.extraArgs[0]=--install-nothing",
+            "resources.limits.memory=3Gi",
+            "priorityClassName=",
+        ],
+    );
+    let a = args(&docs);
+    for want in [
+        "--scheduler-name=gang",
+        "--period-ms=250",
+        "--kube-qps=20",
+        "--kube-burst=40",
+        "--sync-timeout-s=120",
+        "--install-nothing",
+    ] {
+        assert!(a.contains(&want.to_string()), "{want} in {a:?}");
+    }
+    let c = container(&docs);
+    assert_eq!(c["resources"]["limits"]["memory"], json!("3Gi"));
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+    let log = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "PHALANX_LOG")
+        .expect("PHALANX_LOG");
+    assert_eq!(log["value"], json!("debug"));
+    assert!(
+        statefulset(&docs)["spec"]["template"]["spec"]
+            .get("priorityClassName")
+            .is_none()
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn monitoring_and_network_policy_objects_appear_only_when_enabled() {
+    let docs = render(NS, &[]);
+    for kind in ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"] {
+        assert!(
+            objects_of_kind(&docs, kind).is_empty(),
+            "{kind} is off by default"
+        );
+    }
+    let docs = render(
+        NS,
+        &[
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.prometheusRule.enabled=true",
+            "networkPolicy.enabled=true",
+        ],
+    );
+    let rule = find(&docs, "PrometheusRule", "phalanx");
+    let alerts: Vec<&Value> = rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules"))
+        .collect();
+    let seed = alerts
+        .iter()
+        .find(|a| a["alert"] == "PodGroupPendingTooLong")
+        .expect("the seed article's alert");
+    assert_eq!(
+        seed["expr"],
+        json!("volcano_podgroup_status{status=\"pending\"} > 3600")
+    );
+    assert_eq!(
+        seed["annotations"]["summary"],
+        json!("PodGroup {{ $labels.name }} pending over 1 hour")
+    );
+    let monitor = find(&docs, "ServiceMonitor", "phalanx");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], json!("http"));
+    let policy = find(&docs, "NetworkPolicy", "phalanx");
+    let raft = &policy["spec"]["ingress"][0];
+    assert_eq!(raft["ports"], json!([{"port": "raft", "protocol": "TCP"}]));
+    assert_eq!(
+        raft["from"],
+        json!([{"podSelector": {"matchLabels": statefulset(&docs)["spec"]["selector"]["matchLabels"]}}])
+    );
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn bad_values_are_refused_with_the_key_named() {
+    for (set, says) in [
+        ("replicas=0", "replicas"),
+        ("podAntiAffinity=sometimes", "podAntiAffinity"),
+        ("scheduler.periodMs=1", "periodMs"),
+        ("persistence.size=lots", "size"),
+        ("replicaz=3", "replicaz"),
+    ] {
+        let err = helm_chart::chart::render_err(NS, &[set]);
+        assert!(err.contains(says), "--set {set}: {err}");
+    }
+}
+
+fn args(docs: &Rendered) -> Vec<String> {
+    strings(&container(docs)["args"])
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+#[ignore = "needs the testbed with the chart installed (run by deploy/helm/test/e2e.sh)"]
+fn the_installed_statefulsets_pods_run_as_processes_place_gangs_and_survive_the_leader_killed() {
+    helm_chart::pod_process::run_installed_release();
+}

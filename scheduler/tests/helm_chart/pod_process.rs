@@ -1,0 +1,757 @@
+//! The installed chart's StatefulSet pods run as local processes against the testbed.
+//!
+//! The testbed has no kubelet that runs containers (kwok only fakes pod phases) and no
+//! StatefulSet controller, so nothing creates the replicas' pods. This module does what the
+//! controller and the kubelet would: for ordinal `k` it names the pod `<statefulset>-<k>`,
+//! takes the container's command, args and env from the StatefulSet *read back from the API
+//! server* (what `helm install` created), resolves the env (downward API `metadata.name`,
+//! `metadata.namespace`; literal values) and expands `$(VAR)` in the args as the kubelet
+//! does. Then it substitutes only what a process on one loopback host cannot have:
+//!
+//! | in the pod | here | why |
+//! |---|---|---|
+//! | `/usr/local/bin/phalanx` (the image's entrypoint) | the `phalanx` binary cargo built | no container engine |
+//! | `--listen=<addr>:<raft port>` | `127.0.0.1:<base+1+k>` | every pod has its own IP; processes share one |
+//! | `--http=<addr>:<http port>` | `127.0.0.1:<base+51+k>` | same |
+//! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `127.0.0.1:<base+1+j>` | no cluster DNS; the name must be exactly the pod's stable name |
+//! | volume mounts (claim, ConfigMap, emptyDir) | directories under a temp dir; the ConfigMap's keys written as files from the ConfigMap read back | no kubelet |
+//! | the service-account token mounted in the pod | `KUBECONFIG` = a kubeconfig holding a token from `kubectl create token <sa>` (`$PHALANX_HELM_SA_KUBECONFIG`) | the in-cluster address is not reachable; the *same identity*, so RBAC is the chart's |
+//! | (`HOME`, `TMPDIR`) | per-pod temp dirs; the environment is otherwise cleared | nothing of the test's environment leaks in |
+//!
+//! Anything else in the spec that this cannot honour (another env source, volume type,
+//! probe port, an unexpected peer name) fails the test rather than being skipped.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
+use serde_json::json;
+
+/// The image's entrypoint, as deploy/Dockerfile installs it.
+const IMAGE_ENTRYPOINT: &str = "/usr/local/bin/phalanx";
+const GPU: &str = "nvidia.com/gpu";
+const GPUS_PER_NODE: i64 = 8;
+const DEADLINE: Duration = Duration::from_secs(90);
+const WORK_NS: &str = "helm-e2e";
+
+/// Where the release is and how to reach it, from the environment e2e.sh sets.
+struct Release {
+    namespace: String,
+    statefulset: String,
+    admin_kubeconfig: PathBuf,
+    sa_kubeconfig: PathBuf,
+    port_base: u16,
+}
+
+impl Release {
+    fn from_env() -> Self {
+        let var = |k: &str, default: &str| std::env::var(k).unwrap_or_else(|_| default.into());
+        let sa = std::env::var_os("PHALANX_HELM_SA_KUBECONFIG").expect(
+            "PHALANX_HELM_SA_KUBECONFIG: a kubeconfig with the chart's service-account token (deploy/helm/test/e2e.sh writes it)",
+        );
+        Self {
+            namespace: var("PHALANX_HELM_NAMESPACE", "phalanx-system"),
+            statefulset: var("PHALANX_HELM_STATEFULSET", "phalanx"),
+            admin_kubeconfig: PathBuf::from(var(
+                "PHALANX_E2E_KUBECONFIG",
+                "/tmp/phalanx-testbed/kubeconfig",
+            )),
+            sa_kubeconfig: PathBuf::from(sa),
+            port_base: var("PHALANX_HELM_PORT_BASE", "47100")
+                .parse()
+                .expect("PHALANX_HELM_PORT_BASE is a port number"),
+        }
+    }
+
+    fn raft_port(&self, ordinal: usize) -> u16 {
+        self.port_base + 1 + ordinal as u16
+    }
+
+    fn http_port(&self, ordinal: usize) -> u16 {
+        self.port_base + 51 + ordinal as u16
+    }
+}
+
+/// One replica's process, as the kubelet would start the pod's container.
+#[derive(Debug)]
+pub struct LocalPod {
+    pub pod_name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub http: SocketAddr,
+    pub liveness_path: String,
+    pub readiness_path: String,
+    /// What was substituted, `from -> to`, for the log.
+    pub substituted: Vec<String>,
+}
+
+/// `$(VAR)` references replaced by `env`'s values, `$$` by `$`; an undefined reference
+/// stays as written (the kubelet's rules).
+pub fn expand(text: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+            && let Some(value) = env.get(&inner[..end])
+        {
+            out.push_str(value);
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn the_container(sts: &StatefulSet) -> Result<&Container, String> {
+    let pod = sts
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .ok_or("the pod template has no spec")?;
+    match pod.containers.as_slice() {
+        [c] => Ok(c),
+        other => Err(format!("expected one container, found {}", other.len())),
+    }
+}
+
+fn container_port(c: &Container, name: &str) -> Result<i32, String> {
+    c.ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some(name))
+        .map(|p| p.container_port)
+        .ok_or_else(|| format!("container {} has no port named {name}", c.name))
+}
+
+/// The pod's env as the kubelet resolves it.
+fn resolve_env(c: &Container, pod: &str, ns: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut env = BTreeMap::new();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), None) => expand(v, &env),
+            (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                Some("metadata.name") => pod.to_string(),
+                Some("metadata.namespace") => ns.to_string(),
+                other => return Err(format!("env {}: cannot resolve {other:?} here", e.name)),
+            },
+            (None, None) => String::new(),
+            (Some(_), Some(_)) => return Err(format!("env {}: both value and valueFrom", e.name)),
+        };
+        env.insert(e.name.clone(), value);
+    }
+    Ok(env)
+}
+
+/// Mount path -> local directory, with the ConfigMap's files written.
+fn local_mounts(
+    sts: &StatefulSet,
+    c: &Container,
+    cm: &ConfigMap,
+    pod: &str,
+    dir: &Path,
+) -> Result<BTreeMap<String, PathBuf>, String> {
+    let spec = &sts.spec;
+    let claims: Vec<String> = spec
+        .volume_claim_templates
+        .iter()
+        .flatten()
+        .filter_map(|t| t.metadata.name.clone())
+        .collect();
+    let volumes = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default();
+    let mut mounts = BTreeMap::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let local = dir.join(format!("{pod}-{}", m.name));
+        std::fs::create_dir_all(&local).map_err(|e| format!("{}: {e}", local.display()))?;
+        if !claims.contains(&m.name) {
+            let v = volumes
+                .iter()
+                .find(|v| v.name == m.name)
+                .ok_or_else(|| format!("mount {} has no volume", m.name))?;
+            if let Some(source) = &v.config_map {
+                if Some(&source.name) != cm.metadata.name.as_ref() {
+                    return Err(format!("volume {} names ConfigMap {}", v.name, source.name));
+                }
+                for (key, text) in cm.data.iter().flatten() {
+                    std::fs::write(local.join(key), text).map_err(|e| e.to_string())?;
+                }
+            } else if v.empty_dir.is_none() {
+                return Err(format!(
+                    "volume {}: only claims, configMap and emptyDir here",
+                    v.name
+                ));
+            }
+        }
+        mounts.insert(m.mount_path.clone(), local);
+    }
+    Ok(mounts)
+}
+
+/// `--peers` with every `<sts>-<j>.<service>.<ns>.svc...:<raft>` as `127.0.0.1:<port j>`.
+fn local_peers(value: &str, sts: &StatefulSet, rel: &Release, raft: i32) -> Result<String, String> {
+    let name = sts.metadata.name.as_deref().unwrap_or_default();
+    let service = sts.spec.service_name.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for entry in value.split(',') {
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("peer {entry:?}"))?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| format!("peer {entry:?}"))?;
+        let ordinal: usize = id
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .ok_or_else(|| format!("peer id {id:?}"))?;
+        let stable = format!("{name}-{ordinal}.{service}.{}.svc.", rel.namespace);
+        if !host.starts_with(&stable) || port != raft.to_string() {
+            return Err(format!("peer {entry:?} is not {stable}<domain>:{raft}"));
+        }
+        out.push(format!("{id}=127.0.0.1:{}", rel.raft_port(ordinal)));
+    }
+    Ok(out.join(","))
+}
+
+fn probe_path(
+    probe: Option<&k8s_openapi::api::core::v1::Probe>,
+    what: &str,
+) -> Result<String, String> {
+    let get = probe
+        .and_then(|p| p.http_get.as_ref())
+        .ok_or_else(|| format!("no {what} httpGet probe"))?;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    if get.port != IntOrString::String("http".into()) {
+        return Err(format!(
+            "{what} probe port {:?} is not the http port",
+            get.port
+        ));
+    }
+    get.path
+        .clone()
+        .ok_or_else(|| format!("{what} probe has no path"))
+}
+
+/// Pod `ordinal` of `sts` as a local process (see the module's table).
+fn local_pod(
+    sts: &StatefulSet,
+    cm: &ConfigMap,
+    ordinal: usize,
+    rel: &Release,
+    dir: &Path,
+) -> Result<LocalPod, String> {
+    let pod_name = format!(
+        "{}-{ordinal}",
+        sts.metadata.name.as_deref().unwrap_or_default()
+    );
+    let c = the_container(sts)?;
+    let mut env = resolve_env(c, &pod_name, &rel.namespace)?;
+    let mounts = local_mounts(sts, c, cm, &pod_name, dir)?;
+    let command = c.command.clone().unwrap_or_default();
+    if command != [IMAGE_ENTRYPOINT] {
+        return Err(format!(
+            "command {command:?} is not the image's entrypoint {IMAGE_ENTRYPOINT}"
+        ));
+    }
+    let (raft, http) = (container_port(c, "raft")?, container_port(c, "http")?);
+    let http_local: SocketAddr = format!("127.0.0.1:{}", rel.http_port(ordinal))
+        .parse()
+        .expect("a loopback address");
+    let mut substituted = vec![format!(
+        "{IMAGE_ENTRYPOINT} -> {}",
+        env!("CARGO_BIN_EXE_phalanx")
+    )];
+    let mut args = Vec::new();
+    for arg in c.args.iter().flatten() {
+        let arg = expand(arg, &env);
+        let (flag, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
+        let port_of = |want: i32| {
+            value
+                .ends_with(&format!(":{want}"))
+                .then_some(())
+                .ok_or_else(|| format!("{flag}={value} is not on the container port {want}"))
+        };
+        let local = match flag {
+            "--listen" => {
+                port_of(raft).map(|()| format!("127.0.0.1:{}", rel.raft_port(ordinal)))?
+            }
+            "--http" => port_of(http).map(|()| http_local.to_string())?,
+            "--peers" => local_peers(value, sts, rel, raft)?,
+            _ => match mounts
+                .iter()
+                .find(|(path, _)| value == path.as_str() || value.starts_with(&format!("{path}/")))
+            {
+                Some((path, local)) => format!("{}{}", local.display(), &value[path.len()..]),
+                None => value.to_string(),
+            },
+        };
+        if local != value {
+            substituted.push(format!("{flag}={value} -> {local}"));
+        }
+        args.push(if arg.contains('=') {
+            format!("{flag}={local}")
+        } else {
+            arg.clone()
+        });
+    }
+    env.insert("KUBECONFIG".into(), rel.sa_kubeconfig.display().to_string());
+    let home = dir.join(format!("{pod_name}-home"));
+    std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
+    env.insert("HOME".into(), home.display().to_string());
+    if let Some(tmp) = mounts.get("/tmp") {
+        env.insert("TMPDIR".into(), tmp.display().to_string());
+    }
+    Ok(LocalPod {
+        pod_name,
+        program: PathBuf::from(env!("CARGO_BIN_EXE_phalanx")),
+        args,
+        env,
+        http: http_local,
+        liveness_path: probe_path(c.liveness_probe.as_ref(), "liveness")?,
+        readiness_path: probe_path(c.readiness_probe.as_ref(), "readiness")?,
+        substituted,
+    })
+}
+
+/// A started replica; SIGKILLed when dropped.
+struct Running {
+    pod: LocalPod,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Running {
+    fn start(pod: LocalPod, dir: &Path) -> Self {
+        let log = dir.join(format!("{}.log", pod.pod_name));
+        let out = std::fs::File::create(&log).expect("a log file");
+        let err = out.try_clone().expect("a log file");
+        let child = Command::new(&pod.program)
+            .args(&pod.args)
+            .env_clear()
+            .envs(&pod.env)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("phalanx serve starts");
+        Self {
+            pod,
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    fn answers(&self, path: &str) -> bool {
+        http_get(self.pod.http, path).is_ok_and(|(code, _)| code == 200)
+    }
+
+    fn is_leader(&self) -> bool {
+        self.child.is_some()
+            && http_get(self.pod.http, "/metrics")
+                .is_ok_and(|(_, body)| body.lines().any(|l| l.trim() == "phalanx_is_leader 1"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad response {text:?}"))?;
+    Ok((
+        code,
+        text.split_once("\r\n\r\n")
+            .map(|x| x.1.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+fn poll<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = e,
+        }
+        if start.elapsed() > DEADLINE {
+            return Err(format!("{what}: not after {}s {last}", DEADLINE.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The admin's view of the testbed, for making gangs and checking them.
+struct Cluster {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+}
+
+impl Cluster {
+    fn connect(kubeconfig: &Path) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let client = rt
+            .block_on(make_client(Some(kubeconfig)))
+            .unwrap_or_else(|e| panic!("the testbed's admin kubeconfig: {e} (is the testbed up?)"));
+        Self { rt, client }
+    }
+
+    fn create_gang(&self, name: &str, pods: u32, gpus: i64) -> Result<(), String> {
+        let groups: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            WORK_NS,
+            &volcano_resource("PodGroup", "podgroups"),
+        );
+        let group: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": WORK_NS},
+            "spec": {"minMember": pods, "queue": "default"},
+        }))
+        .map_err(|e| e.to_string())?;
+        self.rt
+            .block_on(groups.create(&PostParams::default(), &group))
+            .map_err(|e| format!("PodGroup {name}: {e}"))?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), WORK_NS);
+        for i in 0..pods {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-{i}"), "namespace": WORK_NS,
+                    "annotations": {"scheduling.k8s.io/group-name": name}},
+                "spec": {"schedulerName": "phalanx", "containers": [{"name": "main",
+                    "image": "helm-e2e:fake", "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi", GPU: gpus.to_string()},
+                        "limits": {GPU: gpus.to_string()}}}]},
+            }))
+            .map_err(|e| e.to_string())?;
+            self.rt
+                .block_on(api.create(&PostParams::default(), &pod))
+                .map_err(|e| format!("pod {name}-{i}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn pods(&self) -> Result<Vec<Pod>, String> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        self.rt
+            .block_on(all.list(&ListParams::default()))
+            .map(|l| l.items)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until every pod of gang `name` is bound, then checks no node is over its GPUs.
+    fn gang_placed(&self, name: &str, pods: usize) -> Result<String, String> {
+        poll(&format!("{name}: {pods} pods bound"), || {
+            let bound = self
+                .pods()?
+                .iter()
+                .filter(|p| {
+                    p.metadata.namespace.as_deref() == Some(WORK_NS)
+                        && p.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(&format!("{name}-")))
+                        && node_of(p).is_some()
+                })
+                .count();
+            Ok((bound == pods).then_some(()))
+        })?;
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        for p in self.pods()? {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if let (Some(node), false) = (node_of(&p), phase == "Succeeded" || phase == "Failed") {
+                *used.entry(node).or_default() += gpus_of(&p);
+            }
+        }
+        let over: Vec<String> = used
+            .iter()
+            .filter(|(_, g)| **g > GPUS_PER_NODE)
+            .map(|(n, g)| format!("{n}: {g}"))
+            .collect();
+        if !over.is_empty() {
+            return Err(format!(
+                "nodes over {GPUS_PER_NODE} GPUs: {}",
+                over.join(", ")
+            ));
+        }
+        Ok(format!(
+            "{name}: {pods} of {pods} pods bound, no node over {GPUS_PER_NODE} GPUs"
+        ))
+    }
+
+    fn pod_group_phase(&self, name: &str) -> Result<Option<String>, String> {
+        let groups: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            WORK_NS,
+            &volcano_resource("PodGroup", "podgroups"),
+        );
+        let pg = self
+            .rt
+            .block_on(groups.get(name))
+            .map_err(|e| e.to_string())?;
+        Ok(pg.data["status"]["phase"].as_str().map(str::to_string))
+    }
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+fn gpus_of(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get(GPU)?
+                .0
+                .parse::<i64>()
+                .ok()
+        })
+        .sum()
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Reads the release back, starts its pods as processes, and runs the checks; panics with
+/// every failure (and the replicas' log tails) at the end.
+pub fn run_installed_release() {
+    let rel = Release::from_env();
+    let cluster = Cluster::connect(&rel.admin_kubeconfig);
+    let sts: StatefulSet = cluster
+        .rt
+        .block_on(
+            Api::<StatefulSet>::namespaced(cluster.client.clone(), &rel.namespace)
+                .get(&rel.statefulset),
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "StatefulSet {}/{}: {e} (is the chart installed?)",
+                rel.namespace, rel.statefulset
+            )
+        });
+    let cm_name = sts
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| {
+            v.iter()
+                .find_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
+        })
+        .expect("the pod template mounts a ConfigMap");
+    let cm: ConfigMap = cluster
+        .rt
+        .block_on(
+            Api::<ConfigMap>::namespaced(cluster.client.clone(), &rel.namespace).get(&cm_name),
+        )
+        .unwrap_or_else(|e| panic!("ConfigMap {cm_name}: {e}"));
+    let replicas = sts.spec.replicas.unwrap_or(1) as usize;
+    for k in 0..replicas {
+        for p in [rel.raft_port(k), rel.http_port(k)] {
+            assert!(
+                port_free(p),
+                "127.0.0.1:{p} is in use (PHALANX_HELM_PORT_BASE moves the ports)"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut running: Vec<Running> = (0..replicas)
+        .map(|k| {
+            let pod = local_pod(&sts, &cm, k, &rel, dir.path())
+                .unwrap_or_else(|e| panic!("pod {k} of the StatefulSet: {e}"));
+            println!(
+                "helm e2e: {} substituted: {}",
+                pod.pod_name,
+                pod.substituted.join("; ")
+            );
+            Running::start(pod, dir.path())
+        })
+        .collect();
+    let _ = cluster
+        .rt
+        .block_on(Api::<Namespace>::all(cluster.client.clone()).create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": WORK_NS}})).expect("a namespace"),
+        ));
+
+    let mut results: Vec<Result<String, String>> = Vec::new();
+    results.push(poll(
+        "every replica live and ready on its probe paths",
+        || {
+            Ok(running
+                .iter()
+                .all(|r| r.answers(&r.pod.liveness_path) && r.answers(&r.pod.readiness_path))
+                .then(|| format!("{replicas} replicas answer their liveness and readiness probes")))
+        },
+    ));
+    results.push(
+        cluster
+            .create_gang("before-kill", 4, 8)
+            .and_then(|()| cluster.gang_placed("before-kill", 4)),
+    );
+    results.push(poll(
+        "PodGroup before-kill Running (status written as the service account)",
+        || {
+            Ok(cluster
+                .pod_group_phase("before-kill")?
+                .filter(|p| p == "Running")
+                .map(|p| format!("PodGroup before-kill is {p}")))
+        },
+    ));
+    results.push(kill_the_leader(&mut running));
+    results.push(
+        cluster
+            .create_gang("after-kill", 4, 8)
+            .and_then(|()| cluster.gang_placed("after-kill", 4)),
+    );
+    results.push(no_forbidden_in_logs(&running));
+
+    for r in &mut running {
+        r.kill();
+    }
+    let logs: Vec<(String, PathBuf)> = running
+        .iter()
+        .map(|r| (r.pod.pod_name.clone(), r.log.clone()))
+        .collect();
+    let _ = cluster.rt.block_on(
+        Api::<Namespace>::all(cluster.client.clone()).delete(WORK_NS, &DeleteParams::default()),
+    );
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    for r in &results {
+        match r {
+            Ok(m) => println!("helm e2e: ok   {m}"),
+            Err(m) => println!("helm e2e: FAIL {m}"),
+        }
+    }
+    println!(
+        "helm e2e: {} passed, {failed} failed",
+        results.len() - failed
+    );
+    if failed > 0 {
+        for (pod, log) in logs {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            println!("--- {pod} (last lines)");
+            for l in tail.into_iter().rev() {
+                println!("{l}");
+            }
+        }
+        panic!("{failed} checks failed");
+    }
+}
+
+fn kill_the_leader(running: &mut [Running]) -> Result<String, String> {
+    let leader = poll("one replica leads", || {
+        let leaders: Vec<usize> = (0..running.len())
+            .filter(|&i| running[i].is_leader())
+            .collect();
+        Ok((leaders.len() == 1).then(|| leaders[0]))
+    })?;
+    let name = running[leader].pod.pod_name.clone();
+    running[leader].kill();
+    let successor = poll("another replica leads after the SIGKILL", || {
+        Ok((0..running.len()).find(|&i| running[i].is_leader()))
+    })?;
+    Ok(format!(
+        "{name} (the leader) SIGKILLed; {} leads",
+        running[successor].pod.pod_name
+    ))
+}
+
+fn no_forbidden_in_logs(running: &[Running]) -> Result<String, String> {
+    for r in running {
+        let text = std::fs::read_to_string(&r.log).map_err(|e| e.to_string())?;
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.contains("forbidden") || l.contains("Forbidden"))
+        {
+            return Err(format!(
+                "{}: the service account was refused: {line}",
+                r.pod.pod_name
+            ));
+        }
+    }
+    Ok("no request of the service account was forbidden".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_follows_the_kubelets_rules() {
+        let env: BTreeMap<String, String> =
+            [("POD_NAME".to_string(), "phalanx-2".to_string())].into();
+        assert_eq!(
+            expand("--id-from-pod-name=$(POD_NAME)", &env),
+            "--id-from-pod-name=phalanx-2"
+        );
+        assert_eq!(
+            expand("$$(POD_NAME) $(NOPE) $", &env),
+            "$(POD_NAME) $(NOPE) $"
+        );
+    }
+}
