@@ -188,12 +188,13 @@ can() { [[ "$(k auth can-i "$@" --as="$SA" 2>/dev/null)" == yes ]]; }
 cannot() { [[ "$(k auth can-i "$@" --as="$SA" 2>/dev/null)" == no ]]; }
 needed_rights() {
   local r
-  for r in "get nodes" "list nodes" "watch nodes" "get pods" "list pods" "watch pods" \
+  for r in "list nodes" "watch nodes" "get pods -n team-a" "list pods" "watch pods" \
     "list priorityclasses.scheduling.k8s.io" "watch priorityclasses.scheduling.k8s.io" \
     "list podgroups.scheduling.volcano.sh" "watch podgroups.scheduling.volcano.sh" \
     "patch podgroups.scheduling.volcano.sh -n team-a" \
     "list queues.scheduling.volcano.sh" "watch queues.scheduling.volcano.sh" \
-    "create pods/binding -n team-a" "create pods/eviction -n team-a" \
+    "create pods --subresource=binding -n team-a" \
+    "create pods --subresource=eviction -n team-a" \
     "create events.events.k8s.io -n team-a"; do
     # shellcheck disable=SC2086 # each entry is verb, resource and flags
     can $r || { echo "the service account cannot: $r"; return 1; }
@@ -201,7 +202,8 @@ needed_rights() {
 }
 dangerous_rights() {
   local r
-  for r in "update nodes" "patch nodes" "delete pods -n team-a" "create pods -n team-a" \
+  for r in "update nodes" "patch nodes" "delete nodes" "delete pods -n team-a" \
+    "create pods -n team-a" "update pods -n team-a" "patch pods -n team-a" \
     "get secrets -n $NS" "list secrets" "create customresourcedefinitions.apiextensions.k8s.io" \
     "update podgroups.scheduling.volcano.sh" "create podgroups.scheduling.volcano.sh" \
     "update queues.scheduling.volcano.sh" "create events -n team-a" "* *" \
