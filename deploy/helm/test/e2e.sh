@@ -22,7 +22,7 @@ CHART="$ROOT/deploy/helm/phalanx"
 TESTBED="$ROOT/deploy/testbed/testbed"
 
 # A testbed of our own, so one at the default ports and dir (another CI step, a developer's)
-# is never touched; the replicas' ports are PHALANX_HELM_PORT_BASE+1.. and +51...
+# is never touched; the replicas' ports are the first free ones from PHALANX_HELM_PORT_BASE.
 export PHALANX_TESTBED_DIR="${PHALANX_HELM_TESTBED_DIR:-/tmp/phalanx-testbed-helm}"
 export PHALANX_ETCD_PORT="${PHALANX_HELM_ETCD_PORT:-42379}"
 export PHALANX_ETCD_PEER_PORT="${PHALANX_HELM_ETCD_PEER_PORT:-42380}"
@@ -245,14 +245,15 @@ EOF
   KUBECONFIG="$OUT/sa-kubeconfig" k auth whoami -o jsonpath='{.status.userInfo.username}' | grep -qx "$SA"
 }
 check "a kubeconfig with the service account's token (kubectl create token)" sa_kubeconfig
-run_pods() {
+run_pods() { # work namespace
   PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
-    PHALANX_HELM_STATEFULSET=phalanx \
+    PHALANX_HELM_STATEFULSET=phalanx PHALANX_HELM_WORK_NAMESPACE="$1" \
     cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
     the_installed_statefulsets_pods_run_as_processes_place_gangs_and_survive_the_leader_killed --nocapture
 }
-check "the installed StatefulSet's pods as processes: gang placed, leader SIGKILLed, gang placed" run_pods
-grep '^helm e2e:' "$OUT/check-$n.log" | sed 's/^/      /'
+check "the installed StatefulSet's pods as processes: gang placed, leader SIGKILLed, gang placed" \
+  run_pods helm-e2e-3
+grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 
 uninstalled() {
   "$HELM" uninstall "$RELEASE" -n "$NS" &&
@@ -262,5 +263,13 @@ uninstalled() {
     k get crd/podgroups.scheduling.volcano.sh -o name
 }
 check "helm uninstall removes the release and keeps the CRDs" uninstalled
+
+# Five replicas: a fresh install (the only way to change replicas today, docs/install.md).
+check "helm install --set replicas=5 (after the uninstall)" \
+  "$HELM" install "$RELEASE" "$CHART" -n "$NS" --set replicas=5
+check "a kubeconfig with the service account's token, for the new release" sa_kubeconfig
+check "5 replicas as processes: gang placed, leader SIGKILLed, gang placed" run_pods helm-e2e-5
+grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
+check "helm uninstall (5 replicas)" uninstalled
 
 finish

@@ -11,9 +11,12 @@
 //! | in the pod | here | why |
 //! |---|---|---|
 //! | `/usr/local/bin/phalanx` (the image's entrypoint) | the `phalanx` binary cargo built | no container engine |
-//! | `--listen=<addr>:<raft port>` | `127.0.0.1:<base+1+k>` | every pod has its own IP; processes share one |
-//! | `--http=<addr>:<http port>` | `127.0.0.1:<base+51+k>` | same |
-//! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `127.0.0.1:<base+1+j>` | no cluster DNS; the name must be exactly the pod's stable name |
+//! | `--listen=<addr>:<raft port>` | `127.0.0.1:<raft port of k>` | every pod has its own IP; processes share one |
+//! | `--http=<addr>:<http port>` | `127.0.0.1:<http port of k>` | same |
+//! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `127.0.0.1:<raft port of j>` | no cluster DNS; the name must be exactly the pod's stable name |
+//!
+//! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (47100) up to
+//! 47999, raft ports first.
 //! | volume mounts (claim, ConfigMap, emptyDir) | directories under a temp dir; the ConfigMap's keys written as files from the ConfigMap read back | no kubelet |
 //! | the service-account token mounted in the pod | `KUBECONFIG` = a kubeconfig holding a token from `kubectl create token <sa>` (`$PHALANX_HELM_SA_KUBECONFIG`) | the in-cluster address is not reachable; the *same identity*, so RBAC is the chart's |
 //! | (`HOME`, `TMPDIR`) | per-pod temp dirs; the environment is otherwise cleared | nothing of the test's environment leaks in |
@@ -40,7 +43,6 @@ const IMAGE_ENTRYPOINT: &str = "/usr/local/bin/phalanx";
 const GPU: &str = "nvidia.com/gpu";
 const GPUS_PER_NODE: i64 = 8;
 const DEADLINE: Duration = Duration::from_secs(90);
-const WORK_NS: &str = "helm-e2e";
 
 /// Where the release is and how to reach it, from the environment e2e.sh sets.
 struct Release {
@@ -49,6 +51,9 @@ struct Release {
     admin_kubeconfig: PathBuf,
     sa_kubeconfig: PathBuf,
     port_base: u16,
+    /// Where the test's gangs go (a namespace per run: the testbed has no namespace
+    /// controller, so a deleted namespace stays Terminating).
+    work_namespace: String,
 }
 
 impl Release {
@@ -68,15 +73,30 @@ impl Release {
             port_base: var("PHALANX_HELM_PORT_BASE", "47100")
                 .parse()
                 .expect("PHALANX_HELM_PORT_BASE is a port number"),
+            work_namespace: var("PHALANX_HELM_WORK_NAMESPACE", "helm-e2e"),
         }
     }
+}
 
-    fn raft_port(&self, ordinal: usize) -> u16 {
-        self.port_base + 1 + ordinal as u16
-    }
+/// Loopback ports for the replicas: the raft port and the http port of each ordinal.
+struct LocalPorts {
+    raft: Vec<u16>,
+    http: Vec<u16>,
+}
 
-    fn http_port(&self, ordinal: usize) -> u16 {
-        self.port_base + 51 + ordinal as u16
+impl LocalPorts {
+    /// The first free ports from `base` up to 47999. Free ones are looked for rather than
+    /// fixed offsets used because the range lies in Linux's ephemeral range (32768-60999):
+    /// any process's outgoing connection may hold one of them for a while.
+    fn find(base: u16, replicas: usize) -> Self {
+        let mut free = (base..48000).filter(|p| port_free(*p));
+        let mut take = || {
+            free.next()
+                .expect("free loopback ports between the base and 47999")
+        };
+        let raft = (0..replicas).map(|_| take()).collect();
+        let http = (0..replicas).map(|_| take()).collect();
+        Self { raft, http }
     }
 }
 
@@ -211,7 +231,13 @@ fn local_mounts(
 }
 
 /// `--peers` with every `<sts>-<j>.<service>.<ns>.svc...:<raft>` as `127.0.0.1:<port j>`.
-fn local_peers(value: &str, sts: &StatefulSet, rel: &Release, raft: i32) -> Result<String, String> {
+fn local_peers(
+    value: &str,
+    sts: &StatefulSet,
+    rel: &Release,
+    ports: &LocalPorts,
+    raft: i32,
+) -> Result<String, String> {
     let name = sts.metadata.name.as_deref().unwrap_or_default();
     let service = sts.spec.service_name.clone().unwrap_or_default();
     let mut out = Vec::new();
@@ -231,7 +257,11 @@ fn local_peers(value: &str, sts: &StatefulSet, rel: &Release, raft: i32) -> Resu
         if !host.starts_with(&stable) || port != raft.to_string() {
             return Err(format!("peer {entry:?} is not {stable}<domain>:{raft}"));
         }
-        out.push(format!("{id}=127.0.0.1:{}", rel.raft_port(ordinal)));
+        let local = ports
+            .raft
+            .get(ordinal)
+            .ok_or_else(|| format!("peer {entry:?}: no replica {ordinal} in the StatefulSet"))?;
+        out.push(format!("{id}=127.0.0.1:{local}"));
     }
     Ok(out.join(","))
 }
@@ -261,6 +291,7 @@ fn local_pod(
     cm: &ConfigMap,
     ordinal: usize,
     rel: &Release,
+    ports: &LocalPorts,
     dir: &Path,
 ) -> Result<LocalPod, String> {
     let pod_name = format!(
@@ -277,7 +308,7 @@ fn local_pod(
         ));
     }
     let (raft, http) = (container_port(c, "raft")?, container_port(c, "http")?);
-    let http_local: SocketAddr = format!("127.0.0.1:{}", rel.http_port(ordinal))
+    let http_local: SocketAddr = format!("127.0.0.1:{}", ports.http[ordinal])
         .parse()
         .expect("a loopback address");
     let mut substituted = vec![format!(
@@ -295,11 +326,9 @@ fn local_pod(
                 .ok_or_else(|| format!("{flag}={value} is not on the container port {want}"))
         };
         let local = match flag {
-            "--listen" => {
-                port_of(raft).map(|()| format!("127.0.0.1:{}", rel.raft_port(ordinal)))?
-            }
+            "--listen" => port_of(raft).map(|()| format!("127.0.0.1:{}", ports.raft[ordinal]))?,
             "--http" => port_of(http).map(|()| http_local.to_string())?,
-            "--peers" => local_peers(value, sts, rel, raft)?,
+            "--peers" => local_peers(value, sts, rel, ports, raft)?,
             _ => match mounts
                 .iter()
                 .find(|(path, _)| value == path.as_str() || value.starts_with(&format!("{path}/")))
@@ -432,10 +461,12 @@ fn poll<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> Resu
 struct Cluster {
     rt: tokio::runtime::Runtime,
     client: kube::Client,
+    /// The namespace of the test's gangs.
+    ns: String,
 }
 
 impl Cluster {
-    fn connect(kubeconfig: &Path) -> Self {
+    fn connect(kubeconfig: &Path, ns: &str) -> Self {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -443,29 +474,33 @@ impl Cluster {
         let client = rt
             .block_on(make_client(Some(kubeconfig)))
             .unwrap_or_else(|e| panic!("the testbed's admin kubeconfig: {e} (is the testbed up?)"));
-        Self { rt, client }
+        Self {
+            rt,
+            client,
+            ns: ns.to_string(),
+        }
     }
 
     fn create_gang(&self, name: &str, pods: u32, gpus: i64) -> Result<(), String> {
         let groups: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
-            WORK_NS,
+            &self.ns,
             &volcano_resource("PodGroup", "podgroups"),
         );
         let group: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": WORK_NS},
+            "metadata": {"name": name, "namespace": self.ns},
             "spec": {"minMember": pods, "queue": "default"},
         }))
         .map_err(|e| e.to_string())?;
         self.rt
             .block_on(groups.create(&PostParams::default(), &group))
             .map_err(|e| format!("PodGroup {name}: {e}"))?;
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), WORK_NS);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
         for i in 0..pods {
             let pod: Pod = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("{name}-{i}"), "namespace": WORK_NS,
+                "metadata": {"name": format!("{name}-{i}"), "namespace": self.ns,
                     "annotations": {"scheduling.k8s.io/group-name": name}},
                 "spec": {"schedulerName": "phalanx", "containers": [{"name": "main",
                     "image": "helm-e2e:fake", "resources": {
@@ -495,7 +530,7 @@ impl Cluster {
                 .pods()?
                 .iter()
                 .filter(|p| {
-                    p.metadata.namespace.as_deref() == Some(WORK_NS)
+                    p.metadata.namespace.as_deref() == Some(self.ns.as_str())
                         && p.metadata
                             .name
                             .as_deref()
@@ -532,10 +567,31 @@ impl Cluster {
         ))
     }
 
+    /// Deletes the test's pods (kwok removes them at once: their GPUs are free for a later
+    /// run on the same testbed), PodGroups and namespace; best effort.
+    fn clean_up(&self) {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let groups: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &volcano_resource("PodGroup", "podgroups"),
+        );
+        let all = ListParams::default();
+        let _ = self.rt.block_on(pods.delete_collection(&now, &all));
+        let _ = self.rt.block_on(groups.delete_collection(&now, &all));
+        let _ = self.rt.block_on(
+            Api::<Namespace>::all(self.client.clone()).delete(&self.ns, &DeleteParams::default()),
+        );
+    }
+
     fn pod_group_phase(&self, name: &str) -> Result<Option<String>, String> {
         let groups: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
-            WORK_NS,
+            &self.ns,
             &volcano_resource("PodGroup", "podgroups"),
         );
         let pg = self
@@ -578,7 +634,7 @@ fn port_free(port: u16) -> bool {
 /// every failure (and the replicas' log tails) at the end.
 pub fn run_installed_release() {
     let rel = Release::from_env();
-    let cluster = Cluster::connect(&rel.admin_kubeconfig);
+    let cluster = Cluster::connect(&rel.admin_kubeconfig, &rel.work_namespace);
     let sts: StatefulSet = cluster
         .rt
         .block_on(
@@ -609,18 +665,11 @@ pub fn run_installed_release() {
         )
         .unwrap_or_else(|e| panic!("ConfigMap {cm_name}: {e}"));
     let replicas = sts.spec.replicas.unwrap_or(1) as usize;
-    for k in 0..replicas {
-        for p in [rel.raft_port(k), rel.http_port(k)] {
-            assert!(
-                port_free(p),
-                "127.0.0.1:{p} is in use (PHALANX_HELM_PORT_BASE moves the ports)"
-            );
-        }
-    }
+    let ports = LocalPorts::find(rel.port_base, replicas);
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut running: Vec<Running> = (0..replicas)
         .map(|k| {
-            let pod = local_pod(&sts, &cm, k, &rel, dir.path())
+            let pod = local_pod(&sts, &cm, k, &rel, &ports, dir.path())
                 .unwrap_or_else(|e| panic!("pod {k} of the StatefulSet: {e}"));
             println!(
                 "helm e2e: {} substituted: {}",
@@ -630,12 +679,14 @@ pub fn run_installed_release() {
             Running::start(pod, dir.path())
         })
         .collect();
-    let _ = cluster
-        .rt
-        .block_on(Api::<Namespace>::all(cluster.client.clone()).create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": WORK_NS}})).expect("a namespace"),
-        ));
+    let _ =
+        cluster.rt.block_on(
+            Api::<Namespace>::all(cluster.client.clone()).create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": cluster.ns}}))
+                    .expect("a namespace"),
+            ),
+        );
 
     let mut results: Vec<Result<String, String>> = Vec::new();
     results.push(poll(
@@ -676,9 +727,7 @@ pub fn run_installed_release() {
         .iter()
         .map(|r| (r.pod.pod_name.clone(), r.log.clone()))
         .collect();
-    let _ = cluster.rt.block_on(
-        Api::<Namespace>::all(cluster.client.clone()).delete(WORK_NS, &DeleteParams::default()),
-    );
+    cluster.clean_up();
     let failed = results.iter().filter(|r| r.is_err()).count();
     for r in &results {
         match r {
