@@ -13,7 +13,7 @@
 //! | `/usr/local/bin/phalanx` (the image's entrypoint) | the `phalanx` binary cargo built | no container engine |
 //! | `--listen=<addr>:<raft port>` | `127.0.0.1:<raft port of k>` | every pod has its own IP; processes share one |
 //! | `--http=<addr>:<http port>` | `127.0.0.1:<http port of k>` | same |
-//! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `127.0.0.1:<raft port of j>` | no cluster DNS; the name must be exactly the pod's stable name |
+//! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `localhost:<raft port of j>` | no cluster DNS; the name must be exactly the pod's stable name. Still a host *name*, so the replicas resolve names as they do in the cluster |
 //!
 //! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (47100) up to
 //! 47999, raft ports first.
@@ -261,7 +261,7 @@ fn local_peers(
             .raft
             .get(ordinal)
             .ok_or_else(|| format!("peer {entry:?}: no replica {ordinal} in the StatefulSet"))?;
-        out.push(format!("{id}=127.0.0.1:{local}"));
+        out.push(format!("{id}=localhost:{local}"));
     }
     Ok(out.join(","))
 }
