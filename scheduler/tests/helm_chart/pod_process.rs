@@ -567,6 +567,49 @@ impl Cluster {
         ))
     }
 
+    /// The StatefulSet and the ConfigMap its pods mount, as the API server has them.
+    fn read_release(&self, rel: &Release) -> (StatefulSet, ConfigMap) {
+        let sts: StatefulSet = self
+            .rt
+            .block_on(
+                Api::<StatefulSet>::namespaced(self.client.clone(), &rel.namespace)
+                    .get(&rel.statefulset),
+            )
+            .unwrap_or_else(|e| {
+                panic!(
+                    "StatefulSet {}/{}: {e} (is the chart installed?)",
+                    rel.namespace, rel.statefulset
+                )
+            });
+        let cm_name = sts
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|v| {
+                v.iter()
+                    .find_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
+            })
+            .expect("the pod template mounts a ConfigMap");
+        let cm: ConfigMap = self
+            .rt
+            .block_on(
+                Api::<ConfigMap>::namespaced(self.client.clone(), &rel.namespace).get(&cm_name),
+            )
+            .unwrap_or_else(|e| panic!("ConfigMap {cm_name}: {e}"));
+        (sts, cm)
+    }
+
+    /// The namespace of the test's gangs (it may exist from an earlier try).
+    fn create_namespace(&self) {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": self.ns}})).expect("a namespace");
+        let _ = self.rt.block_on(
+            Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &ns),
+        );
+    }
+
     /// Deletes the test's pods (kwok removes them at once: their GPUs are free for a later
     /// run on the same testbed), PodGroups and namespace; best effort.
     fn clean_up(&self) {
@@ -635,35 +678,7 @@ fn port_free(port: u16) -> bool {
 pub fn run_installed_release() {
     let rel = Release::from_env();
     let cluster = Cluster::connect(&rel.admin_kubeconfig, &rel.work_namespace);
-    let sts: StatefulSet = cluster
-        .rt
-        .block_on(
-            Api::<StatefulSet>::namespaced(cluster.client.clone(), &rel.namespace)
-                .get(&rel.statefulset),
-        )
-        .unwrap_or_else(|e| {
-            panic!(
-                "StatefulSet {}/{}: {e} (is the chart installed?)",
-                rel.namespace, rel.statefulset
-            )
-        });
-    let cm_name = sts
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .and_then(|v| {
-            v.iter()
-                .find_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
-        })
-        .expect("the pod template mounts a ConfigMap");
-    let cm: ConfigMap = cluster
-        .rt
-        .block_on(
-            Api::<ConfigMap>::namespaced(cluster.client.clone(), &rel.namespace).get(&cm_name),
-        )
-        .unwrap_or_else(|e| panic!("ConfigMap {cm_name}: {e}"));
+    let (sts, cm) = cluster.read_release(&rel);
     let replicas = sts.spec.replicas.unwrap_or(1) as usize;
     let ports = LocalPorts::find(rel.port_base, replicas);
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -679,17 +694,19 @@ pub fn run_installed_release() {
             Running::start(pod, dir.path())
         })
         .collect();
-    let _ =
-        cluster.rt.block_on(
-            Api::<Namespace>::all(cluster.client.clone()).create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": cluster.ns}}))
-                    .expect("a namespace"),
-            ),
-        );
+    cluster.create_namespace();
+    let results = run_checks(&cluster, &mut running);
+    for r in &mut running {
+        r.kill();
+    }
+    cluster.clean_up();
+    report(&results, &running);
+}
 
-    let mut results: Vec<Result<String, String>> = Vec::new();
-    results.push(poll(
+/// Probes, a gang, its PodGroup status, the leader SIGKILLed, another gang, the logs.
+fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, String>> {
+    let replicas = running.len();
+    let mut results = vec![poll(
         "every replica live and ready on its probe paths",
         || {
             Ok(running
@@ -697,7 +714,7 @@ pub fn run_installed_release() {
                 .all(|r| r.answers(&r.pod.liveness_path) && r.answers(&r.pod.readiness_path))
                 .then(|| format!("{replicas} replicas answer their liveness and readiness probes")))
         },
-    ));
+    )];
     results.push(
         cluster
             .create_gang("before-kill", 4, 8)
@@ -712,24 +729,20 @@ pub fn run_installed_release() {
                 .map(|p| format!("PodGroup before-kill is {p}")))
         },
     ));
-    results.push(kill_the_leader(&mut running));
+    results.push(kill_the_leader(running));
     results.push(
         cluster
             .create_gang("after-kill", 4, 8)
             .and_then(|()| cluster.gang_placed("after-kill", 4)),
     );
-    results.push(no_forbidden_in_logs(&running));
+    results.push(no_forbidden_in_logs(running));
+    results
+}
 
-    for r in &mut running {
-        r.kill();
-    }
-    let logs: Vec<(String, PathBuf)> = running
-        .iter()
-        .map(|r| (r.pod.pod_name.clone(), r.log.clone()))
-        .collect();
-    cluster.clean_up();
+/// One line per check and the tally; on failure the replicas' log tails, then a panic.
+fn report(results: &[Result<String, String>], running: &[Running]) {
     let failed = results.iter().filter(|r| r.is_err()).count();
-    for r in &results {
+    for r in results {
         match r {
             Ok(m) => println!("helm e2e: ok   {m}"),
             Err(m) => println!("helm e2e: FAIL {m}"),
@@ -740,10 +753,10 @@ pub fn run_installed_release() {
         results.len() - failed
     );
     if failed > 0 {
-        for (pod, log) in logs {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+        for r in running {
+            let text = std::fs::read_to_string(&r.log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            println!("--- {pod} (last lines)");
+            println!("--- {} (last lines)", r.pod.pod_name);
             for l in tail.into_iter().rev() {
                 println!("{l}");
             }
