@@ -451,6 +451,7 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[test]
 #[ignore = "needs the testbed with the chart installed (run by deploy/helm/test/e2e.sh)"]
-fn the_installed_statefulsets_pods_run_as_processes_place_gangs_and_survive_the_leader_killed() {
+fn the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart()
+ {
     helm_chart::pod_process::run_installed_release();
 }

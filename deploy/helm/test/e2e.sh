@@ -9,7 +9,8 @@
 #      pod made from the installed StatefulSet, the service account's rights (kubectl auth
 #      can-i), the replica-count guard on upgrade, then the installed StatefulSet's pods run
 #      as processes with the service account's token (a gang placed, the leader SIGKILLed,
-#      another gang placed), and helm uninstall.
+#      another gang placed, the killed pod back on its data dir, a rolling restart, a third
+#      gang placed), and helm uninstall; then the same with 5 replicas.
 #
 # Prints one line per check and `helm: N passed, M failed`; exits 1 on any failure.
 # Needs go (helm and kubectl are built from Go modules by deploy/testbed/testbed, cached),
@@ -249,9 +250,9 @@ run_pods() { # work namespace
   PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
     PHALANX_HELM_STATEFULSET=phalanx PHALANX_HELM_WORK_NAMESPACE="$1" \
     cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
-    the_installed_statefulsets_pods_run_as_processes_place_gangs_and_survive_the_leader_killed --nocapture
+    the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
 }
-check "the installed StatefulSet's pods as processes: gang placed, leader SIGKILLed, gang placed" \
+check "the installed StatefulSet's pods as processes: gangs placed through a SIGKILLed leader and a rolling restart" \
   run_pods helm-e2e-3
 grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 
@@ -268,7 +269,7 @@ check "helm uninstall removes the release and keeps the CRDs" uninstalled
 check "helm install --set replicas=5 (after the uninstall)" \
   "$HELM" install "$RELEASE" "$CHART" -n "$NS" --set replicas=5
 check "a kubeconfig with the service account's token, for the new release" sa_kubeconfig
-check "5 replicas as processes: gang placed, leader SIGKILLed, gang placed" run_pods helm-e2e-5
+check "5 replicas as processes: gangs placed through a SIGKILLed leader and a rolling restart" run_pods helm-e2e-5
 grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 check "helm uninstall (5 replicas)" uninstalled
 

@@ -375,21 +375,75 @@ struct Running {
 impl Running {
     fn start(pod: LocalPod, dir: &Path) -> Self {
         let log = dir.join(format!("{}.log", pod.pod_name));
-        let out = std::fs::File::create(&log).expect("a log file");
+        let mut this = Self {
+            pod,
+            child: None,
+            log,
+        };
+        this.spawn();
+        this
+    }
+
+    /// Starts the process (again: a restarted pod keeps its claim, so the same data dir;
+    /// the log is appended to).
+    fn spawn(&mut self) {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("a log file");
         let err = out.try_clone().expect("a log file");
-        let child = Command::new(&pod.program)
-            .args(&pod.args)
+        let child = Command::new(&self.pod.program)
+            .args(&self.pod.args)
             .env_clear()
-            .envs(&pod.env)
+            .envs(&self.pod.env)
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
             .expect("phalanx serve starts");
-        Self {
-            pod,
-            child: Some(child),
-            log,
+        self.child = Some(child);
+    }
+
+    /// SIGTERM, as the kubelet stops a pod; Ok when the process exits 0 in time.
+    fn terminate(&mut self, grace: Duration) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else {
+            return Err(format!("{} is not running", self.pod.pod_name));
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill -TERM: {e}"))?;
+        if !sent.success() {
+            return Err(format!("kill -TERM {} failed", child.id()));
         }
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                return if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} exited with {status} after SIGTERM",
+                        self.pod.pod_name
+                    ))
+                };
+            }
+            if start.elapsed() > grace {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} ignored SIGTERM for {grace:?}",
+                    self.pod.pod_name
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.child.is_some()
+            && self.answers(&self.pod.liveness_path)
+            && self.answers(&self.pod.readiness_path)
     }
 
     fn kill(&mut self) {
@@ -711,7 +765,7 @@ fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, 
         || {
             Ok(running
                 .iter()
-                .all(|r| r.answers(&r.pod.liveness_path) && r.answers(&r.pod.readiness_path))
+                .all(Running::ready)
                 .then(|| format!("{replicas} replicas answer their liveness and readiness probes")))
         },
     )];
@@ -735,8 +789,52 @@ fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, 
             .create_gang("after-kill", 4, 8)
             .and_then(|()| cluster.gang_placed("after-kill", 4)),
     );
+    results.push(restart_the_killed(running));
+    results.push(rolling_restart(running));
+    results.push(
+        cluster
+            .create_gang("after-rollout", 4, 8)
+            .and_then(|()| cluster.gang_placed("after-rollout", 4)),
+    );
     results.push(no_forbidden_in_logs(running));
     results
+}
+
+/// The StatefulSet controller recreates a killed pod with the same name and claim: the
+/// replica comes back on its data dir and rejoins the group.
+fn restart_the_killed(running: &mut [Running]) -> Result<String, String> {
+    let Some(k) = running.iter().position(|r| r.child.is_none()) else {
+        return Err("no replica was killed".into());
+    };
+    running[k].spawn();
+    poll(
+        "the SIGKILLed replica back and ready on its data dir",
+        || {
+            Ok(running[k].ready().then(|| {
+                format!(
+                    "{} restarted on its data dir and is ready again",
+                    running[k].pod.pod_name
+                )
+            }))
+        },
+    )
+}
+
+/// A rolling update as the StatefulSet does it: highest ordinal first, each pod stopped
+/// with SIGTERM and back ready before the next.
+fn rolling_restart(running: &mut [Running]) -> Result<String, String> {
+    for k in (0..running.len()).rev() {
+        running[k].terminate(Duration::from_secs(30))?;
+        running[k].spawn();
+        poll(
+            &format!("{} ready after its restart", running[k].pod.pod_name),
+            || Ok(running[k].ready().then_some(())),
+        )?;
+    }
+    Ok(format!(
+        "rolling restart of {} replicas (highest ordinal first): each exited 0 on SIGTERM and came back ready",
+        running.len()
+    ))
 }
 
 /// One line per check and the tally; on failure the replicas' log tails, then a panic.
