@@ -73,6 +73,9 @@ finish() {
 }
 
 # ------------------------------------------------------------------ tools
+for tool in go cargo curl openssl python3; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "helm: FAIL '$tool' is not on PATH (needed by this script)"; exit 1; }
+done
 "$TESTBED" build --helm --kubectl || { echo "helm: FAIL building the testbed, helm and kubectl"; exit 1; }
 HELM="$("$TESTBED" tool-path helm)"
 KUBECTL="$("$TESTBED" tool-path kubectl)"
