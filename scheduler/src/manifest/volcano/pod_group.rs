@@ -28,7 +28,7 @@ pub struct VolcanoPodGroup {
 #[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
-    /// The fewest pods that must be placed together (the gang); 1 when absent, 0 for none.
+    /// The fewest pods that must be placed together (the gang); 1 when absent.
     pub min_member: Option<i32>,
     /// The fewest pods per task (by task name) that must be placed together.
     pub min_task_member: Option<BTreeMap<String, i32>>,
