@@ -713,3 +713,61 @@ fn record(session: &mut Session, job: JobId, statement: &Statement, mode: Mode) 
     }
     session.plan.events.extend(events);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::{Cluster, res};
+    use crate::model::resources::CPU;
+    use crate::model::{ObjectKey, Pod, PodPhase};
+
+    /// One 8-CPU node running a 4-CPU low-priority pod, and a pending 2-CPU high-priority
+    /// pod (both without a PodGroup: gangs of one), under `actions`.
+    fn high_beside_low(actions: &[&str]) -> Session {
+        let mut low = Pod::new(ObjectKey::new("default", "low"), res(&[(CPU, 4_000)]));
+        low.priority = Some(10);
+        low.node_name = Some("n1".into());
+        low.phase = PodPhase::Running;
+        let mut high = Pod::new(ObjectKey::new("default", "high"), res(&[(CPU, 2_000)]));
+        high.priority = Some(1_000);
+        let conf = SchedulerConf::from_names(actions, &[&["priority", "gang", "predicates"]]);
+        Cluster::new()
+            .node("n1", &[(CPU, 8_000)])
+            .pod_with(low)
+            .pod_with(high)
+            .session(&conf)
+    }
+
+    fn status_of(session: &Session, name: &str) -> TaskStatus {
+        session
+            .state
+            .tasks
+            .iter()
+            .find(|t| t.pod.key.name == name)
+            .map(|t| t.status)
+            .expect("the pod is in the session")
+    }
+
+    #[test]
+    fn preempt_without_allocate_pipelines_onto_idle_room_and_evicts_nobody() {
+        let mut session = high_beside_low(&["enqueue", "preempt"]);
+        run(&mut session, Mode::Preempt);
+        assert!(
+            session.plan.evictions.is_empty(),
+            "{:?}",
+            session.plan.evictions
+        );
+        assert_eq!(status_of(&session, "low"), TaskStatus::Running);
+        assert_eq!(status_of(&session, "high"), TaskStatus::Pipelined);
+    }
+
+    #[test]
+    fn after_allocate_the_idle_room_is_not_searched_again() {
+        // allocate would have placed the pod on the idle room; preempt skips that search.
+        let session = high_beside_low(&["enqueue", "allocate", "preempt"]);
+        assert!(!idle_room_may_fit(&session, Mode::Preempt));
+        let session = high_beside_low(&["enqueue", "preempt", "allocate"]);
+        assert!(idle_room_may_fit(&session, Mode::Preempt));
+    }
+}

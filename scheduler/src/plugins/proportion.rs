@@ -516,4 +516,64 @@ mod tests {
         assert_eq!(shares[crowd].real_capability.get(GPU), 5);
         assert_eq!(shares[crowd].deserved.get(GPU), 5);
     }
+
+    #[test]
+    fn a_capability_on_a_resource_the_cluster_lacks_admits_no_gang_asking_for_it() {
+        // No node has a GPU: the queue's real capability for GPUs is 0, not unlimited.
+        let mut gpus = weighted_queue("gpus", 1);
+        gpus.capability = Some(res(&[(GPU, 4)]));
+        let mut group =
+            crate::model::PodGroup::new(crate::model::ObjectKey::new("default", "g"), 1);
+        group.queue = "gpus".into();
+        group.min_resources = Some(res(&[(GPU, 1)]));
+        let state = Cluster::new()
+            .node("cpu-only", &[(CPU, 8_000)])
+            .queue(gpus)
+            .group_with(group)
+            .session(&conf())
+            .state;
+        let mut plugin = ProportionPlugin::default();
+        plugin.on_session_open(&state);
+        assert!(plugin.enqueue_refusal(&state, 0).is_some());
+    }
+
+    #[test]
+    fn a_queue_gives_back_pods_only_while_it_holds_more_than_its_deserved_share() {
+        // 3 CPUs; queue a runs a 2-CPU pod (job a1) and a 1-CPU pod (job a2), queue b wants
+        // 1 CPU: a deserves 2. Evicting a1-0 leaves a at 1, below its share, but it was at
+        // 3 > 2 when chosen (Volcano's rule); after a2-0, a is at 2 and gives no more.
+        let c = Cluster::new()
+            .node("n1", &[(CPU, 3_000)])
+            .queue(weighted_queue("a", 1))
+            .queue(weighted_queue("b", 1))
+            .group("a1", "a", 1)
+            .group("a2", "a", 1)
+            .group("b1", "b", 1)
+            .running_pod("a1-0", Some("a1"), "n1", &[(CPU, 2_000)])
+            .running_pod("a2-0", Some("a2"), "n1", &[(CPU, 1_000)])
+            .pod("b1-0", Some("b1"), &[(CPU, 1_000)]);
+        let state = c.session(&conf()).state;
+        let mut plugin = ProportionPlugin::default();
+        plugin.on_session_open(&state);
+        let a = state.queue_index["a"];
+        assert_eq!(plugin.shares()[a].deserved.get(CPU), 2_000);
+        let b1 = state
+            .jobs
+            .iter()
+            .position(|j| j.pod_group.key.name == "b1")
+            .expect("b1");
+        let task = |name: &str| {
+            state
+                .tasks
+                .iter()
+                .position(|t| t.pod.key.name == name)
+                .expect("task")
+        };
+        assert_eq!(plugin.reclaimable(&state, b1, &[task("a1-0")]), Some(true));
+        assert_eq!(
+            plugin.reclaimable(&state, b1, &[task("a2-0"), task("a1-0")]),
+            Some(false)
+        );
+        assert_eq!(plugin.queue_may_give_back(&state, a), Some(true));
+    }
 }
