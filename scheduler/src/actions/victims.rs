@@ -1,6 +1,10 @@
 //! Making room by eviction: what `preempt` and `reclaim` share.
 //!
 //! For one starving gang (admitted, fewer than `minMember` placed) the action:
+//! 0. pipelines its pods onto room that is idle or being released, evicting nobody, as
+//!    Volcano does before it looks at victims (skipped when `allocate` already ran in this
+//!    cycle and nothing is being released: allocate found no such room). If the whole
+//!    gang fits there it is done; what fits stays pipelined while victims make the rest;
 //! 1. lists *victim units*, least harm first: a single pod a running gang can spare (it keeps
 //!    `minMember` without it), or a whole running gang. A gang is never cut below its
 //!    minimum: evicting one pod of it too many would leave the rest holding resources for
