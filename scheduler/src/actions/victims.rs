@@ -1,6 +1,10 @@
 //! Making room by eviction: what `preempt` and `reclaim` share.
 //!
 //! For one starving gang (admitted, fewer than `minMember` placed) the action:
+//! 0. pipelines its pods onto room that is idle or being released, evicting nobody, as
+//!    Volcano does before it looks at victims (skipped when `allocate` already ran in this
+//!    cycle and nothing is being released: allocate found no such room). If the whole
+//!    gang fits there it is done; what fits stays pipelined while victims make the rest;
 //! 1. lists *victim units*, least harm first: a single pod a running gang can spare (it keeps
 //!    `minMember` without it), or a whole running gang. A gang is never cut below its
 //!    minimum: evicting one pod of it too many would leave the rest holding resources for
@@ -203,6 +207,16 @@ fn make_room(
         );
         return true; // not about room: a gang of the same shape may still try.
     }
+    if mode == Mode::Reclaim && !session.state.queues[queue].is_open() {
+        // As Volcano's proportion: a queue that is not Open may not take anything back.
+        let q = &session.state.queues[queue].queue;
+        let message = format!(
+            "reclaim: queue {} is {:?} and reclaims nothing",
+            q.name, q.state
+        );
+        note(session, job, message);
+        return false;
+    }
     if mode == Mode::Reclaim && session.plugins.overused(&session.state, queue) {
         return false; // allocate already said why: the queue has its deserved share.
     }
@@ -217,25 +231,26 @@ fn make_room(
             0
         },
     );
-    // Room that earlier victims are already releasing (they are still terminating) is
-    // taken first, without evicting anyone more.
-    if session.state.nodes.iter().any(|n| n.releasing_pods > 0) {
-        let mut statement = Statement::new();
-        if place(session, &mut statement, job, &tasks, None) {
-            record(session, job, &statement, mode);
-            statement.commit(session);
-            return true;
-        }
-        statement.discard(session);
+    // Room that is idle, or that earlier victims are already releasing (they are still
+    // terminating), is taken first, without evicting anyone: Volcano pipelines a preemptor
+    // onto a node whose future-idle resources fit it before it looks at any victim. What
+    // fits there stays pipelined in the statement while victims are sought for the rest.
+    let mut statement = Statement::new();
+    if idle_room_may_fit(session, mode) && place(session, &mut statement, job, &tasks, None) {
+        record(session, job, &statement, mode);
+        statement.commit(session);
+        return true;
     }
     let units = units_cache
         .entry(key)
         .or_insert_with(|| victim_units(session, job, mode))
         .clone();
     if units.is_empty() {
+        statement.discard(session);
         return false;
     }
     if !enough_in_reach(session, job, &tasks, &units) {
+        statement.discard(session);
         note(
             session,
             job,
@@ -247,7 +262,6 @@ fn make_room(
         return false;
     }
 
-    let mut statement = Statement::new();
     let mut chosen: Vec<Unit> = Vec::new();
     let mut fits = false;
     for &unit in &units {
@@ -305,6 +319,20 @@ fn make_room(
     record(session, job, &statement, mode);
     statement.commit(session);
     true
+}
+
+/// Whether placing on future-idle resources without evicting anyone can succeed. It cannot
+/// when `allocate` already ran in this cycle and nothing is being released: allocate found
+/// no idle room for the gang then, and future-idle room is idle room minus what was
+/// pipelined since. Skipping the attempt keeps a cycle with many starving gangs cheap.
+fn idle_room_may_fit(session: &Session, mode: Mode) -> bool {
+    let actions = &session.conf.actions;
+    let position = |name: &str| actions.iter().position(|a| a == name);
+    let allocate_ran_before = match (position("allocate"), position(mode.name())) {
+        (Some(allocate), Some(this)) => allocate < this,
+        _ => false,
+    };
+    !allocate_ran_before || session.state.nodes.iter().any(|n| n.releasing_pods > 0)
 }
 
 /// Evicts `units` and places the gang from scratch; `true` when it fits.
@@ -395,9 +423,11 @@ fn enough_in_reach(session: &Session, job: JobId, tasks: &[TaskId], units: &[Uni
     need.fits_in_dimensions(&reach, &need)
 }
 
-/// How much harm evicting a unit does, smallest first: victim priority, spare pod before
-/// whole gang, GPUs, cpu, newest gang first.
-type HarmKey = (i32, u8, i64, i64, std::cmp::Reverse<u64>);
+/// How much harm evicting a unit does, smallest first: victim job priority, then its queue's
+/// priority (Volcano's victim order: lower job priority first, then the queue that comes
+/// last in queue order), spare pod before whole gang, the pod's own priority (Volcano takes
+/// a job's pods lowest task priority first), GPUs, cpu, newest gang first.
+type HarmKey = (i32, i32, u8, i32, i64, i64, std::cmp::Reverse<u64>);
 
 /// Candidate units for `job`, least harm first.
 fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
@@ -443,13 +473,22 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
             continue;
         }
         let created = std::cmp::Reverse(victim.pod_group.creation_index);
+        let queue_priority = victim.queue.map_or(0, |q| state.queues[q].queue.priority);
+        let harm = |kind: u8, task_priority: i32, size: &Resources| -> HarmKey {
+            (
+                victim.priority,
+                queue_priority,
+                kind,
+                task_priority,
+                size.gpus(),
+                size.get("cpu"),
+                created,
+            )
+        };
         if victim.ready_count > victim.min_available() {
             for &t in &holding {
-                let size = state.tasks[t].resreq();
-                keyed.push((
-                    (victim.priority, 0, size.gpus(), size.get("cpu"), created),
-                    Unit::Spare(t),
-                ));
+                let task = &state.tasks[t];
+                keyed.push((harm(0, task.priority, task.resreq()), Unit::Spare(t)));
             }
         }
         if !protected {
@@ -457,10 +496,7 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
             for &t in &holding {
                 size.add(state.tasks[t].resreq());
             }
-            keyed.push((
-                (victim.priority, 1, size.gpus(), size.get("cpu"), created),
-                Unit::Gang(v),
-            ));
+            keyed.push((harm(1, victim.priority, &size), Unit::Gang(v)));
         }
     }
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| unit_order(&a.1, &b.1)));
@@ -680,4 +716,62 @@ fn record(session: &mut Session, job: JobId, statement: &Statement, mode: Mode) 
         });
     }
     session.plan.events.extend(events);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::{Cluster, res};
+    use crate::model::resources::CPU;
+    use crate::model::{ObjectKey, Pod, PodPhase};
+
+    /// One 8-CPU node running a 4-CPU low-priority pod, and a pending 2-CPU high-priority
+    /// pod (both without a PodGroup: gangs of one), under `actions`.
+    fn high_beside_low(actions: &[&str]) -> Session {
+        let mut low = Pod::new(ObjectKey::new("default", "low"), res(&[(CPU, 4_000)]));
+        low.priority = Some(10);
+        low.node_name = Some("n1".into());
+        low.phase = PodPhase::Running;
+        let mut high = Pod::new(ObjectKey::new("default", "high"), res(&[(CPU, 2_000)]));
+        high.priority = Some(1_000);
+        let conf = SchedulerConf::from_names(actions, &[&["priority", "gang", "predicates"]]);
+        Cluster::new()
+            .node("n1", &[(CPU, 8_000)])
+            .pod_with(low)
+            .pod_with(high)
+            .session(&conf)
+    }
+
+    fn status_of(session: &Session, name: &str) -> TaskStatus {
+        session
+            .state
+            .tasks
+            .iter()
+            .find(|t| t.pod.key.name == name)
+            .map(|t| t.status)
+            .expect("the pod is in the session")
+    }
+
+    #[test]
+    fn preempt_without_allocate_pipelines_onto_idle_room_and_evicts_nobody() {
+        let mut session = high_beside_low(&["enqueue", "preempt"]);
+        run(&mut session, Mode::Preempt);
+        assert!(
+            session.plan.evictions.is_empty(),
+            "{:?}",
+            session.plan.evictions
+        );
+        assert_eq!(status_of(&session, "low"), TaskStatus::Running);
+        assert_eq!(status_of(&session, "high"), TaskStatus::Pipelined);
+    }
+
+    #[test]
+    fn after_allocate_the_idle_room_is_not_searched_again() {
+        // allocate would have placed the pod on the idle room; preempt skips that search.
+        let session = high_beside_low(&["enqueue", "allocate", "preempt"]);
+        assert!(!idle_room_may_fit(&session, Mode::Preempt));
+        let session = high_beside_low(&["enqueue", "preempt", "allocate"]);
+        assert!(idle_room_may_fit(&session, Mode::Preempt));
+    }
 }

@@ -190,7 +190,8 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
         PodGroupPhase::Pending
     } else if running > 0 && unschedulable && j.ready_count < j.min_available() {
         PodGroupPhase::Unknown
-    } else if j.ready_count >= j.min_available() {
+    } else if j.ready_count >= j.min_available() && !(j.ready_count == 0 && j.is_pending_phase()) {
+        // A group of minMember 0 is Running once admitted, not while it waits for admission.
         if succeeded > 0 && succeeded == j.ready_count {
             PodGroupPhase::Completed
         } else {

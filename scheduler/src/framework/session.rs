@@ -688,10 +688,7 @@ impl SessionState {
         };
         let priority = self.resolve_priority(pod.priority, pod.priority_class_name.as_deref());
         let role = pod.task_role.clone().unwrap_or_default();
-        let preemptable = pod
-            .annotations
-            .get(PREEMPTABLE_ANNOTATION)
-            .is_none_or(|v| v.trim() != "false");
+        let preemptable = pod_preemptable(pod);
         let may_preempt = match pod.preemption_policy {
             Some(policy) => policy != PreemptionPolicy::Never,
             None => !pod
@@ -959,6 +956,22 @@ impl SessionState {
         out
     }
 
+    /// Per role, the tasks that count towards `minTaskMember` readiness: those in a ready
+    /// status plus pending best-effort ones (Volcano's `CheckTaskReady` counts a pending pod
+    /// that requests nothing as occupied: backfill places it on any node).
+    pub fn occupied_by_role(&self, job: JobId) -> BTreeMap<&str, u32> {
+        let mut out = BTreeMap::new();
+        for &t in &self.jobs[job].tasks {
+            let task = &self.tasks[t];
+            let pending_best_effort =
+                task.status == TaskStatus::Pending && task.managed && task.is_best_effort();
+            if task.status.is_ready() || pending_best_effort {
+                *out.entry(task.role.as_str()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
     /// Valid (not failed) tasks per role, for `minTaskMember`.
     pub fn valid_by_role(&self, job: JobId) -> BTreeMap<&str, u32> {
         let mut out = BTreeMap::new();
@@ -978,6 +991,21 @@ impl SessionState {
             .iter()
             .copied()
             .filter(|&t| self.tasks[t].status == TaskStatus::Pending && self.tasks[t].managed)
+    }
+}
+
+/// `volcano.sh/preemptable`, read as Volcano reads it: the annotation, else the label;
+/// the value as Go's `ParseBool` reads it, a value it cannot read meaning "not
+/// preemptable"; absent, the pod may be a victim.
+fn pod_preemptable(pod: &Pod) -> bool {
+    let value = pod
+        .annotations
+        .get(PREEMPTABLE_ANNOTATION)
+        .or_else(|| pod.labels.get(PREEMPTABLE_ANNOTATION));
+    match value.map(String::as_str) {
+        None => true,
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => true,
+        Some(_) => false,
     }
 }
 
@@ -1012,5 +1040,38 @@ mod tests {
         // Its job and queue still count what it holds.
         assert_eq!(state.jobs[0].allocated.get(GPU), 4);
         assert_eq!(state.queues[0].allocated.get(GPU), 4);
+    }
+
+    #[test]
+    fn preemptable_is_read_from_the_annotation_else_the_label_as_go_parses_booleans() {
+        use super::pod_preemptable;
+        use crate::model::{ObjectKey, PREEMPTABLE_ANNOTATION, Pod, Resources};
+        let pod = |annotation: Option<&str>, label: Option<&str>| {
+            let mut p = Pod::new(ObjectKey::new("default", "p"), Resources::new());
+            if let Some(v) = annotation {
+                p.annotations
+                    .insert(PREEMPTABLE_ANNOTATION.into(), v.into());
+            }
+            if let Some(v) = label {
+                p.labels.insert(PREEMPTABLE_ANNOTATION.into(), v.into());
+            }
+            p
+        };
+        assert!(pod_preemptable(&pod(None, None)));
+        assert!(
+            !pod_preemptable(&pod(None, Some("false"))),
+            "the label counts"
+        );
+        assert!(
+            pod_preemptable(&pod(Some("true"), Some("false"))),
+            "the annotation first"
+        );
+        assert!(!pod_preemptable(&pod(Some("False"), None)));
+        assert!(!pod_preemptable(&pod(Some("0"), None)));
+        assert!(pod_preemptable(&pod(Some("T"), None)));
+        assert!(
+            !pod_preemptable(&pod(Some("maybe"), None)),
+            "unreadable: not preemptable"
+        );
     }
 }

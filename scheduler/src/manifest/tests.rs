@@ -373,8 +373,24 @@ fn a_pod_duplicating_a_job_pod_is_an_error() {
 }
 
 #[test]
+fn a_pod_group_of_min_member_zero_loads_without_a_gang_constraint() {
+    // Volcano's CRD says `minimum: 0`; such a group's pods are placed one by one.
+    let text = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {name: g}\nspec:\n  minMember: 0\n";
+    let w = load(text).expect("minMember 0 is valid");
+    assert_eq!(w.pod_groups[0].min_member, 0);
+}
+
+#[test]
+fn a_job_whose_tasks_all_have_min_available_zero_gets_a_pod_group_of_min_member_zero() {
+    let text = "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j}\nspec:\n  tasks:\n  - {name: a, replicas: 2, minAvailable: 0, template: {spec: {containers: [{name: c}]}}}\n";
+    let w = load(text).expect("minAvailable 0 is valid, as Volcano's webhook accepts it");
+    assert_eq!(w.pod_groups[0].min_member, 0);
+    assert_eq!(w.pods.len(), 2);
+}
+
+#[test]
 fn min_member_out_of_range_is_an_error() {
-    for n in ["0", "-3", "100001"] {
+    for n in ["-3", "100001"] {
         let text = format!(
             "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {{name: g}}\nspec:\n  minMember: {n}\n"
         );

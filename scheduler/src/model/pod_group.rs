@@ -8,7 +8,8 @@ use super::{ObjectKey, TimeMs};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodGroup {
     pub key: ObjectKey,
-    /// Pods that must be placed together (`spec.minMember`, at least 1 after validation).
+    /// Pods that must be placed together (`spec.minMember`); 0: no gang constraint, each pod
+    /// is placed on its own.
     pub min_member: u32,
     /// Per task (role) minimums (`spec.minTaskMember`).
     pub min_task_member: BTreeMap<String, u32>,

@@ -97,6 +97,13 @@ pub fn compute_deserved(state: &SessionState) -> Vec<QueueShare> {
             real_capability.add(&q.queue.guarantee);
             if let Some(cap) = &q.queue.capability {
                 real_capability = real_capability.capped_by_limit(cap);
+                // A capped resource the cluster does not have is a limit of 0, not an
+                // absent (unlimited) entry: minResources asking for it cannot be admitted.
+                for (name, _) in cap.iter() {
+                    if real_capability.get(name.as_str()) == 0 {
+                        real_capability.set_listed(name, 0);
+                    }
+                }
             }
             let mut request = q.allocated.clone();
             let mut inqueue = Resources::new();
@@ -263,18 +270,19 @@ impl Plugin for ProportionPlugin {
         Some(future.fits_in_dimensions(&self.queues[queue].deserved, req))
     }
 
-    /// A queue gives back only what it holds beyond its deserved share, and only if it is
-    /// `reclaimable`: after the eviction its share is still at least 1 (it holds at least its
-    /// deserved amount of its dominant resource), and it keeps its guarantee. This is what keeps two queues from
-    /// taking turns: the reclaimer never rises above its deserved share (see `allocatable`)
-    /// and the victim never falls below its own.
+    /// A queue gives back only while it holds more than its deserved share, and only if it
+    /// is `reclaimable`, as Volcano's proportion does: each victim must find its queue above
+    /// its deserved amount (in some resource) before it goes, so a queue falls at most one
+    /// pod below its share. It keeps its guarantee, and a queue of higher priority is never
+    /// reclaimed from by a lower one. What keeps two queues from taking turns is the other
+    /// side: the reclaimer never rises above its deserved share (see `allocatable`), and a
+    /// queue at or below its share is no victim.
     fn reclaimable(
         &self,
         state: &SessionState,
         reclaimer: JobId,
         victims: &[TaskId],
     ) -> Option<bool> {
-        let mut freed = Resources::new();
         let mut victim_queue = None;
         for &v in victims {
             let q = state.tasks[v].job.and_then(|j| state.jobs[j].queue)?;
@@ -282,45 +290,35 @@ impl Plugin for ProportionPlugin {
                 return Some(false);
             }
             victim_queue = Some(q);
-            freed.add(state.tasks[v].resreq());
         }
         let q = victim_queue?;
         let reclaimer_queue = state.jobs[reclaimer].queue?;
         if q == reclaimer_queue || !state.queues[q].queue.reclaimable {
             return Some(false);
         }
-        // A queue of higher priority is never reclaimed from by a lower one.
         if state.queues[q].queue.priority > state.queues[reclaimer_queue].queue.priority {
             return Some(false);
         }
-        // The queue's share (its largest allocated/deserved ratio, the same share that
-        // orders queues) must stay at or above 1 after the eviction, and no guaranteed
-        // amount may be touched.
-        let mut after = state.queues[q].allocated.clone();
-        after.sub(&freed);
-        let guarantee = &state.queues[q].queue.guarantee;
-        if !guarantee.restricted_to(&freed).fits_in(&after) {
-            return Some(false);
-        }
         let deserved = &self.queues[q].deserved;
-        let still_at_share = after.iter().any(|(name, have)| {
-            let d = deserved.get(name.as_str());
-            have > 0 && have >= d
-        });
-        Some(still_at_share)
+        let mut allocated = state.queues[q].allocated.clone();
+        let mut freed = Resources::new();
+        for &v in victims {
+            if allocated.fits_in(deserved) {
+                return Some(false);
+            }
+            allocated.sub(state.tasks[v].resreq());
+            freed.add(state.tasks[v].resreq());
+        }
+        let guarantee = &state.queues[q].queue.guarantee;
+        Some(guarantee.restricted_to(&freed).fits_in(&allocated))
     }
 
-    /// `reclaimable` refuses every victim of a queue that is not reclaimable, or whose
-    /// share would fall below 1: some resource must be held at or above its deserved
-    /// amount after the eviction, which cannot be if it is not so before.
+    /// `reclaimable` refuses every victim of a queue that is not reclaimable, or that does
+    /// not hold more than its deserved amount of some resource.
     fn queue_may_give_back(&self, state: &SessionState, queue: QueueId) -> Option<bool> {
         let q = &state.queues[queue];
-        let deserved = &self.queues[queue].deserved;
-        let at_share = q
-            .allocated
-            .iter()
-            .any(|(name, have)| have > 0 && have >= deserved.get(name.as_str()));
-        Some(q.queue.reclaimable && at_share)
+        let over = !q.allocated.fits_in(&self.queues[queue].deserved);
+        Some(q.queue.reclaimable && over)
     }
 
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
@@ -517,5 +515,65 @@ mod tests {
         let crowd = state.queue_index["crowd"];
         assert_eq!(shares[crowd].real_capability.get(GPU), 5);
         assert_eq!(shares[crowd].deserved.get(GPU), 5);
+    }
+
+    #[test]
+    fn a_capability_on_a_resource_the_cluster_lacks_admits_no_gang_asking_for_it() {
+        // No node has a GPU: the queue's real capability for GPUs is 0, not unlimited.
+        let mut gpus = weighted_queue("gpus", 1);
+        gpus.capability = Some(res(&[(GPU, 4)]));
+        let mut group =
+            crate::model::PodGroup::new(crate::model::ObjectKey::new("default", "g"), 1);
+        group.queue = "gpus".into();
+        group.min_resources = Some(res(&[(GPU, 1)]));
+        let state = Cluster::new()
+            .node("cpu-only", &[(CPU, 8_000)])
+            .queue(gpus)
+            .group_with(group)
+            .session(&conf())
+            .state;
+        let mut plugin = ProportionPlugin::default();
+        plugin.on_session_open(&state);
+        assert!(plugin.enqueue_refusal(&state, 0).is_some());
+    }
+
+    #[test]
+    fn a_queue_gives_back_pods_only_while_it_holds_more_than_its_deserved_share() {
+        // 3 CPUs; queue a runs a 2-CPU pod (job a1) and a 1-CPU pod (job a2), queue b wants
+        // 1 CPU: a deserves 2. Evicting a1-0 leaves a at 1, below its share, but it was at
+        // 3 > 2 when chosen (Volcano's rule); after a2-0, a is at 2 and gives no more.
+        let c = Cluster::new()
+            .node("n1", &[(CPU, 3_000)])
+            .queue(weighted_queue("a", 1))
+            .queue(weighted_queue("b", 1))
+            .group("a1", "a", 1)
+            .group("a2", "a", 1)
+            .group("b1", "b", 1)
+            .running_pod("a1-0", Some("a1"), "n1", &[(CPU, 2_000)])
+            .running_pod("a2-0", Some("a2"), "n1", &[(CPU, 1_000)])
+            .pod("b1-0", Some("b1"), &[(CPU, 1_000)]);
+        let state = c.session(&conf()).state;
+        let mut plugin = ProportionPlugin::default();
+        plugin.on_session_open(&state);
+        let a = state.queue_index["a"];
+        assert_eq!(plugin.shares()[a].deserved.get(CPU), 2_000);
+        let b1 = state
+            .jobs
+            .iter()
+            .position(|j| j.pod_group.key.name == "b1")
+            .expect("b1");
+        let task = |name: &str| {
+            state
+                .tasks
+                .iter()
+                .position(|t| t.pod.key.name == name)
+                .expect("task")
+        };
+        assert_eq!(plugin.reclaimable(&state, b1, &[task("a1-0")]), Some(true));
+        assert_eq!(
+            plugin.reclaimable(&state, b1, &[task("a2-0"), task("a1-0")]),
+            Some(false)
+        );
+        assert_eq!(plugin.queue_may_give_back(&state, a), Some(true));
     }
 }

@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::job_policies::validate_policies;
 use super::{MAX_MIN_MEMBER, NetworkTopologySpec};
 use crate::manifest::convert::{pod_from_k8s, required_name};
 use crate::manifest::error::FieldError;
@@ -158,6 +159,7 @@ pub fn expand_job(
     let spec = job.spec.clone().unwrap_or_default();
     let tasks = defaulted_tasks(&spec)?;
     let min_available = job_min_available(&spec, &tasks)?;
+    validate_counts_and_policies(&spec)?;
     let queue = spec
         .queue
         .clone()
@@ -299,13 +301,43 @@ fn job_min_available(spec: &JobSpec, tasks: &[DefaultedTask<'_>]) -> Result<i32,
             format!("{min} is more than the Job's {total} pods"),
         ));
     }
-    if min == 0 {
+    // 0 (every task's minAvailable 0) is accepted, as Volcano does: its PodGroup has no
+    // gang constraint and the pods are placed one by one.
+    Ok(min)
+}
+
+/// What Volcano's CRD and admission webhook refuse besides the counts of pods: negative
+/// retry and TTL counts, and lifecycle policies that clash (see [`validate_policies`]).
+fn validate_counts_and_policies(spec: &JobSpec) -> Result<(), FieldError> {
+    let not_negative = |value: Option<i32>, path: &str| match value {
+        Some(v) if v < 0 => Err(FieldError::new(path, format!("{v} is negative"))),
+        _ => Ok(()),
+    };
+    not_negative(spec.max_retry, "spec.maxRetry")?;
+    not_negative(
+        spec.ttl_seconds_after_finished,
+        "spec.ttlSecondsAfterFinished",
+    )?;
+    if let Some(m) = spec.min_success
+        && m < 1
+    {
         return Err(FieldError::new(
-            "spec.minAvailable",
-            "the Job has no pods to schedule (every task has 0 replicas or minAvailable 0)",
+            "spec.minSuccess",
+            format!("{m} is below 1 (leave it out to require every pod to succeed)"),
         ));
     }
-    Ok(min)
+    validate_policies(
+        spec.policies.as_deref().unwrap_or_default(),
+        "spec.policies",
+    )?;
+    for (i, task) in spec.tasks.iter().flatten().enumerate() {
+        not_negative(task.max_retry, &format!("spec.tasks[{i}].maxRetry"))?;
+        validate_policies(
+            task.policies.as_deref().unwrap_or_default(),
+            &format!("spec.tasks[{i}].policies"),
+        )?;
+    }
+    Ok(())
 }
 
 struct PodContext<'a> {

@@ -6,6 +6,7 @@
 
 pub mod crd;
 pub mod job;
+pub mod job_policies;
 pub mod pod_group;
 pub mod queue;
 mod schema;

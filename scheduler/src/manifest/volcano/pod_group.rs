@@ -167,11 +167,15 @@ pub fn pod_group_from_volcano(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "default".into());
     let spec = pg.spec.clone().unwrap_or_default();
+    // Volcano's CRD says `minimum: 0`: a group of minMember 0 has no gang constraint, its
+    // pods are placed one by one.
     let min_member = spec.min_member.unwrap_or(1);
-    if !(1..=MAX_MIN_MEMBER).contains(&min_member) {
+    if !(0..=MAX_MIN_MEMBER).contains(&min_member) {
         return Err(FieldError::new(
             "spec.minMember",
-            format!("{min_member} is not in 1..={MAX_MIN_MEMBER}; a gang needs at least one pod"),
+            format!(
+                "{min_member} is not in 0..={MAX_MIN_MEMBER} (0: no gang constraint, pods placed one by one)"
+            ),
         ));
     }
     let mut out = PodGroup::new(ObjectKey::new(namespace, name), min_member as u32);
