@@ -95,7 +95,7 @@ pub(crate) fn propose_through(
             })?;
         for r in committed.responses {
             if let (true, LedgerResponse::Refused(reason)) = (stop_at_refusal, &r) {
-                return Err(LedgerError::Refused(reason.to_string()));
+                return Err(LedgerError::Refused(reason.clone()));
             }
             responses.push(r);
         }
@@ -182,7 +182,7 @@ impl LedgerBackend for RaftLedger {
                 let id = match which {
                     Some(id) => *id,
                     None => *self.stopped.last().ok_or_else(|| {
-                        LedgerError::Refused("restart:last: no replica was stopped".into())
+                        LedgerError::Unsupported("restart:last: no replica was stopped".into())
                     })?,
                 };
                 self.runtime.block_on(cluster.restart(id)).map_err(failed)?;
