@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use phalanx_statestore::ledger::PlacementState;
 use phalanx_statestore::{GangPlacement as LedgerGang, PodPlacement};
-use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerResponse, LedgerState};
+use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse, LedgerState};
 use tokio::runtime::Handle;
 
 use crate::cluster::kube::KubeCluster;
@@ -19,11 +19,14 @@ use crate::ledger::{
 };
 use crate::model::ObjectKey;
 
-/// The replicated ledger through its client, at `(shard, epoch)`.
+/// The replicated ledger through its client, at `(shard, epoch)`. Reads go through a
+/// mirror: a reconciliation transfers what changed since the previous one, not the
+/// whole ledger.
 #[derive(Debug)]
 pub struct ServeLedger {
     handle: Handle,
     client: Arc<LedgerClient>,
+    mirror: LedgerMirror,
     pub shard: u32,
     pub epoch: u64,
 }
@@ -33,6 +36,7 @@ impl ServeLedger {
         Self {
             handle,
             client,
+            mirror: LedgerMirror::new(),
             shard,
             epoch,
         }
@@ -48,7 +52,7 @@ impl LedgerBackend for ServeLedger {
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
-        read_through(&self.handle, &self.client)
+        read_through(&self.handle, &self.client, &mut self.mirror)
     }
 
     fn replica_count(&self) -> usize {
