@@ -134,6 +134,17 @@ async fn a_ledger_of_100000_placements_is_read_in_pages_then_only_its_changes() 
         full.bytes, full.pages, full.entries
     );
     assert!(state_bytes > MAX_MESSAGE_BYTES, "{state_bytes} bytes");
+    // The one-message read cannot carry it (what serve's reconcile used to do).
+    let one_message = cluster.client_with(ClientConfig {
+        max_attempts: 3,
+        rpc_timeout: WAIT,
+        ..ClientConfig::default()
+    });
+    let too_large = one_message
+        .read()
+        .await
+        .expect_err("over the message limit");
+    eprintln!("the one-message read: {too_large}");
     assert!(full.full && full.pages > 1, "{full:?}");
     assert_eq!(state.placements.len(), PODS);
     assert_eq!(mirror.state(), &state);
