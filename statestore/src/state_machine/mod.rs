@@ -413,6 +413,84 @@ mod tests {
         }
     }
 
+    fn entry(term: u64, leader: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, leader), index),
+            payload,
+        }
+    }
+
+    fn assign(owner: u64, epoch: u64, proposer: LeaderTerm) -> EntryPayload<TypeConfig> {
+        EntryPayload::Normal(crate::raft_types::LedgerBatch::one(
+            LedgerCommand::AssignShard {
+                shard: 0,
+                owner,
+                epoch,
+                proposer: Some(proposer),
+            },
+        ))
+    }
+
+    /// The state machine judges `AssignShard` by the leader id in each entry's log id and
+    /// the membership applied before it; it journals what changed, and an installed
+    /// snapshot starts the journal afresh at its index.
+    #[tokio::test]
+    async fn entries_are_judged_by_the_leader_that_appended_them_and_journaled_until_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = LedgerStateMachine::open(dir.path()).unwrap();
+        let members: std::collections::BTreeMap<u64, BasicNode> =
+            (1..=3).map(|id| (id, BasicNode::default())).collect();
+        let membership =
+            openraft::Membership::new(vec![members.keys().copied().collect()], members);
+        let deposed = LeaderTerm {
+            replica: 1,
+            term: 4,
+        };
+        let current = LeaderTerm {
+            replica: 2,
+            term: 5,
+        };
+        let responses = sm
+            .apply([
+                entry(4, 1, 1, EntryPayload::Membership(membership)),
+                entry(5, 2, 2, assign(1, 1, deposed)),
+                entry(5, 2, 3, assign(2, 1, current)),
+                entry(5, 2, 4, assign(9, 2, current)),
+            ])
+            .await
+            .unwrap();
+        let refusals: Vec<Option<&Refusal>> = responses
+            .iter()
+            .map(|r| r.responses.first().and_then(LedgerResponse::refusal))
+            .collect();
+        assert!(refusals[0].is_none());
+        assert!(
+            matches!(refusals[1], Some(Refusal::DeposedLeader { proposer, appended_by, .. })
+                if *proposer == deposed && *appended_by == current),
+            "{refusals:?}"
+        );
+        assert!(refusals[2].is_none(), "{refusals:?}");
+        assert!(
+            matches!(refusals[3], Some(Refusal::UnknownOwner { owner: 9, .. })),
+            "{refusals:?}"
+        );
+        let reader = sm.reader();
+        let changed = reader.read_with_journal(|_, _, j| {
+            j.changed_since(0, 4)
+                .map(|keys| keys.into_iter().cloned().collect::<Vec<_>>())
+        });
+        assert_eq!(changed, Some(vec![crate::ledger::StateKey::Shard(0)]));
+
+        let snapshot = snap(10, &reader.read(|s, _| s.clone()));
+        sm.install_snapshot(&snapshot.meta, Box::new(Cursor::new(snapshot.data.clone())))
+            .await
+            .unwrap();
+        let (floor, stale) =
+            reader.read_with_journal(|_, _, j| (j.floor(), j.changed_since(4, 10).is_none()));
+        assert_eq!(floor, 10);
+        assert!(stale, "a reader from before the snapshot must resync");
+    }
+
     #[test]
     fn an_older_snapshot_never_replaces_a_newer_one_and_reopen_restores_the_newest() {
         let dir = tempfile::tempdir().unwrap();
