@@ -94,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
         shard: 1,
         owner: 1,
         epoch: 1,
+        proposer: None,
     }];
     for n in 0..NODES {
         seed.push(LedgerCommand::UpsertNode {

@@ -13,10 +13,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use phalanx_proto::ledger::ledger_service_client::LedgerServiceClient;
-use phalanx_proto::ledger::{LeaderHint, ReadRequest, propose_reply, read_reply};
+use phalanx_proto::ledger::{LeaderHint, ReadRequest, changes_reply, propose_reply, read_reply};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::ledger::{Epoch, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, ShardId};
+use crate::network::wire::ledger_changes::{self, ChangesQuery, ChangesRead};
 use crate::network::wire::ledger_read::LedgerRead;
 use crate::network::wire::{self, WireError};
 use crate::network::{MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES};
@@ -72,6 +73,12 @@ pub enum ClientError {
     /// No replica address given.
     #[error("no replicas configured")]
     NoReplicas,
+    /// A paged read never settled at one index: every round changed more than a page.
+    #[error("the ledger changed faster than {rounds} rounds of paged reads could follow")]
+    Unsettled {
+        /// Rounds tried.
+        rounds: u32,
+    },
 }
 
 /// A committed batch: one response per command, and the log index.
@@ -306,7 +313,9 @@ impl LedgerClient {
     }
 
     /// Linearizable read of the whole ledger (the leader confirms its leadership with a
-    /// quorum, then serves from its applied state).
+    /// quorum, then serves from its applied state), in one message: it fails once the
+    /// state passes `MAX_MESSAGE_BYTES`. `LedgerMirror::refresh` reads any size, and only
+    /// what changed.
     pub async fn read(&self) -> Result<LedgerRead, ClientError> {
         self.read_inner(true).await
     }
@@ -314,6 +323,31 @@ impl LedgerClient {
     /// Linearizable read of the applied index and state fingerprint only.
     pub async fn read_fingerprint(&self) -> Result<LedgerRead, ClientError> {
         self.read_inner(false).await
+    }
+
+    /// One linearizable page of a full or incremental read (see `crate::mirror`, which
+    /// assembles pages into a state consistent at one index).
+    pub async fn read_changes(&self, query: &ChangesQuery) -> Result<ChangesRead, ClientError> {
+        let request = ledger_changes::request_to_wire(query)?;
+        let timeout = self.config.rpc_timeout;
+        self.with_leader(|mut client| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(timeout);
+            async move {
+                match tokio::time::timeout(timeout, client.read_changes(req)).await {
+                    Err(_) => Ok(Attempt::Retry(format!("no reply within {timeout:?}"))),
+                    Ok(Err(status)) => Ok(Attempt::Retry(status.to_string())),
+                    Ok(Ok(resp)) => match resp.into_inner().outcome {
+                        Some(changes_reply::Outcome::Page(p)) => {
+                            Ok(Attempt::Done(ledger_changes::page_from_wire(&p)?))
+                        }
+                        Some(changes_reply::Outcome::Forward(h)) => Ok(Attempt::Forward(h)),
+                        None => Err(WireError::Missing("outcome").into()),
+                    },
+                }
+            }
+        })
+        .await
     }
 
     async fn read_inner(&self, include_state: bool) -> Result<LedgerRead, ClientError> {

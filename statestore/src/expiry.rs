@@ -53,8 +53,17 @@ pub fn spawn_expiry_loop(
                 continue;
             }
             let cmd = LedgerCommand::ExpireAt { now_ms };
-            if let Err(e) = raft.client_write(LedgerBatch::one(cmd)).await {
-                tracing::debug!(error = %e, "expiry proposal not committed; will retry next tick");
+            match raft.client_write(LedgerBatch::one(cmd)).await {
+                Ok(r) => {
+                    // A refusal here is this replica's clock behind the ledger's or far
+                    // ahead of it (see `MAX_CLOCK_STEP_MS`): worth an operator's look.
+                    if let Some(refusal) = r.data.responses.iter().find_map(|r| r.refusal()) {
+                        tracing::warn!(reason = %refusal, "the ledger refused this replica's clock");
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "expiry proposal not committed; will retry next tick");
+                }
             }
         }
     })

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod expiry;
 pub mod ledger;
 pub mod log_store;
+pub mod mirror;
 pub mod network;
 pub mod raft_types;
 pub mod replica;
@@ -22,6 +23,7 @@ pub use ledger::{
     GangDecision, GangOutcome, GangPlacement, LedgerCommand, LedgerResponse, LedgerState,
     OvercommitFactor, PodPlacement, Refusal, ResourceVec, apply,
 };
+pub use mirror::{LedgerMirror, RefreshStats};
 pub use network::NetworkFaults;
 pub use network::wire::ledger_read::LedgerRead;
 pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};

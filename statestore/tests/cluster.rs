@@ -36,6 +36,7 @@ async fn seed(client: &LedgerClient) {
         shard: 1,
         owner: 1,
         epoch: 1,
+        proposer: None,
     }];
     for n in 0..4 {
         cmds.push(LedgerCommand::UpsertNode {
@@ -126,6 +127,7 @@ async fn three_replicas_accept_gangs_refuse_overbooking_and_agree_byte_for_byte(
             shard: 1,
             owner: 2,
             epoch: 2,
+            proposer: None,
         })
         .await
         .unwrap();

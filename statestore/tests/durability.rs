@@ -87,6 +87,7 @@ async fn seed(client: &LedgerClient) {
                     shard: 1,
                     owner: 1,
                     epoch: 1,
+                    proposer: None,
                 },
                 LedgerCommand::UpsertNode {
                     node: "big".into(),
@@ -274,6 +275,7 @@ async fn log_disk_use_stays_bounded_when_entries_are_snapshotted_and_purged() {
                 shard: 1,
                 owner: 1,
                 epoch: 1,
+                proposer: None,
             },
             LedgerCommand::UpsertNode {
                 node: "big".into(),

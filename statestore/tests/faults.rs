@@ -76,6 +76,7 @@ async fn seed_ledger(client: &LedgerClient) {
         shard: 1,
         owner: 1,
         epoch: 1,
+        proposer: None,
     }];
     for n in 0..NODES {
         commands.push(LedgerCommand::UpsertNode {

@@ -247,59 +247,154 @@ pub enum ParticipantCommand {
     },
 }
 
+/// The refusal that stands for an answer of the wrong kind to `command`: never success.
+fn unexpected(command: &str, response: &LedgerResponse) -> Refusal {
+    Refusal::UnexpectedResponse {
+        command: command.to_string(),
+        response: format!("{response:?}"),
+    }
+}
+
 /// Maps the ledger's response to `TxnBegin`. `TxnExists` means an earlier (resent)
-/// proposal of the same id landed: ids are unique per coordinator shard and epoch.
+/// proposal of the same id landed: ids are unique per coordinator shard and epoch. Any
+/// answer but `Applied` or a refusal is a refusal naming what came back.
 pub fn begin_result(response: &LedgerResponse) -> LedgerResult {
     match response {
-        LedgerResponse::Refused(Refusal::TxnExists { .. }) => LedgerResult::Begun,
+        LedgerResponse::Applied | LedgerResponse::Refused(Refusal::TxnExists { .. }) => {
+            LedgerResult::Begun
+        }
         LedgerResponse::Refused(r) => LedgerResult::BeginRefused(r.clone()),
-        _ => LedgerResult::Begun,
+        LedgerResponse::Gangs(_) | LedgerResponse::Pods { .. } | LedgerResponse::Expired { .. } => {
+            LedgerResult::BeginRefused(unexpected("TxnBegin", response))
+        }
     }
 }
 
 /// Maps the ledger's response to a participant's `TxnReserve`. `TxnAlreadyReserved` for
-/// this shard means an earlier (resent) proposal landed.
+/// this shard means an earlier (resent) proposal landed. Only one gang outcome (the
+/// participant's part) or a refusal answers a reserve; anything else is a refusal naming
+/// what came back.
 pub fn reserve_result(shard: ShardId, response: &LedgerResponse) -> LedgerResult {
+    let refused = |reason: Refusal| LedgerResult::RefusedReserve { shard, reason };
     match response {
         LedgerResponse::Refused(Refusal::TxnAlreadyReserved { .. }) => {
             LedgerResult::Reserved { shard }
         }
-        LedgerResponse::Refused(r) => LedgerResult::RefusedReserve {
-            shard,
-            reason: r.clone(),
-        },
-        LedgerResponse::Gangs(outcomes) => match outcomes.first().map(|o| &o.decision) {
-            Some(GangDecision::Accepted) => LedgerResult::Reserved { shard },
-            Some(GangDecision::Refused(r)) => LedgerResult::RefusedReserve {
-                shard,
-                reason: r.clone(),
+        LedgerResponse::Refused(r) => refused(r.clone()),
+        LedgerResponse::Gangs(outcomes) => match outcomes.as_slice() {
+            [one] => match &one.decision {
+                GangDecision::Accepted => LedgerResult::Reserved { shard },
+                GangDecision::Refused(r) => refused(r.clone()),
             },
-            None => LedgerResult::RefusedReserve {
-                shard,
-                reason: Refusal::EmptyGang {
-                    gang: String::new(),
-                },
-            },
+            [] | [_, _, ..] => refused(unexpected("TxnReserve", response)),
         },
-        _ => LedgerResult::Reserved { shard },
+        LedgerResponse::Applied | LedgerResponse::Pods { .. } | LedgerResponse::Expired { .. } => {
+            refused(unexpected("TxnReserve", response))
+        }
     }
 }
 
 /// Maps the ledger's response to `TxnDecide { decision }`. Only the coordinator shard
 /// decides and a decision is final, so `TxnAlreadyDecided` means the other decision is
 /// logged (the ledger's deadline expiry aborted it first); an abort of a transaction the
-/// ledger does not know (its begin never landed, or it was forgotten) is an abort.
+/// ledger does not know (its begin never landed, or it was forgotten) is an abort. Any
+/// answer but `Applied` or a refusal is a refusal naming what came back.
 pub fn decide_result(decision: TxnDecision, response: &LedgerResponse) -> LedgerResult {
     let other = match decision {
         TxnDecision::Commit => TxnDecision::Abort,
         TxnDecision::Abort => TxnDecision::Commit,
     };
     match response {
+        LedgerResponse::Applied => LedgerResult::Decided(decision),
         LedgerResponse::Refused(Refusal::TxnAlreadyDecided { .. }) => LedgerResult::Decided(other),
         LedgerResponse::Refused(Refusal::UnknownTxn { .. }) if decision == TxnDecision::Abort => {
             LedgerResult::Decided(TxnDecision::Abort)
         }
         LedgerResponse::Refused(r) => LedgerResult::DecideRefused(r.clone()),
-        _ => LedgerResult::Decided(decision),
+        LedgerResponse::Gangs(_) | LedgerResponse::Pods { .. } | LedgerResponse::Expired { .. } => {
+            LedgerResult::DecideRefused(unexpected("TxnDecide", response))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use phalanx_statestore::GangOutcome;
+
+    use super::*;
+
+    fn wrong_kinds() -> Vec<LedgerResponse> {
+        vec![
+            LedgerResponse::Pods {
+                changed: 1,
+                unchanged: 0,
+            },
+            LedgerResponse::Expired {
+                aborted: vec!["t".into()],
+            },
+            LedgerResponse::Gangs(vec![]),
+        ]
+    }
+
+    fn names_what_came_back(r: &Refusal, command: &str) -> bool {
+        matches!(r, Refusal::UnexpectedResponse { command: c, response }
+            if c == command && !response.is_empty())
+    }
+
+    #[test]
+    fn an_unexpected_ledger_response_is_never_read_as_success() {
+        for response in wrong_kinds() {
+            match begin_result(&response) {
+                LedgerResult::BeginRefused(r) => {
+                    assert!(names_what_came_back(&r, "TxnBegin"), "{r}");
+                    assert!(r.to_string().contains("TxnBegin"), "{r}");
+                }
+                other => panic!("{response:?} to a TxnBegin read as {other:?}"),
+            }
+            for decision in [TxnDecision::Commit, TxnDecision::Abort] {
+                match decide_result(decision, &response) {
+                    LedgerResult::DecideRefused(r) => {
+                        assert!(names_what_came_back(&r, "TxnDecide"), "{r}")
+                    }
+                    other => panic!("{response:?} to a TxnDecide read as {other:?}"),
+                }
+            }
+        }
+        let accepted = GangOutcome {
+            gang: "ns/g".into(),
+            decision: GangDecision::Accepted,
+        };
+        let two_outcomes = LedgerResponse::Gangs(vec![accepted.clone(), accepted]);
+        for response in [
+            LedgerResponse::Applied,
+            LedgerResponse::Pods {
+                changed: 1,
+                unchanged: 0,
+            },
+            LedgerResponse::Expired { aborted: vec![] },
+            LedgerResponse::Gangs(vec![]),
+            two_outcomes,
+        ] {
+            match reserve_result(3, &response) {
+                LedgerResult::RefusedReserve { shard: 3, reason } => {
+                    assert!(names_what_came_back(&reason, "TxnReserve"), "{reason}")
+                }
+                other => panic!("{response:?} to a TxnReserve read as {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_expected_answers_keep_their_meaning() {
+        assert_eq!(begin_result(&LedgerResponse::Applied), LedgerResult::Begun);
+        assert_eq!(
+            decide_result(TxnDecision::Commit, &LedgerResponse::Applied),
+            LedgerResult::Decided(TxnDecision::Commit)
+        );
+        let one = LedgerResponse::Gangs(vec![GangOutcome {
+            gang: "ns/g".into(),
+            decision: GangDecision::Accepted,
+        }]);
+        assert_eq!(reserve_result(2, &one), LedgerResult::Reserved { shard: 2 });
     }
 }

@@ -23,7 +23,7 @@ impl LedgerBackend for LocalLedger {
         let mut responses = Vec::with_capacity(commands.len());
         for cmd in &commands {
             match apply(&mut self.state, cmd) {
-                LedgerResponse::Refused(r) => return Err(LedgerError::Refused(r.to_string())),
+                LedgerResponse::Refused(r) => return Err(LedgerError::Refused(r)),
                 other => responses.push(other),
             }
         }

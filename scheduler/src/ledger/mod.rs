@@ -28,7 +28,7 @@ use phalanx_statestore::ledger::checks::Violation as LedgerViolation;
 use phalanx_statestore::ledger::command::{MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};
 use phalanx_statestore::{
     GangDecision, GangPlacement as LedgerGang, LedgerCommand, LedgerResponse, LedgerState,
-    PodPlacement, ResourceVec,
+    PodPlacement, Refusal, ResourceVec,
 };
 use thiserror::Error;
 
@@ -44,8 +44,20 @@ pub const FIRST_OWNER: u64 = 1;
 
 #[derive(Debug, Error)]
 pub enum LedgerError {
+    /// The ledger's state machine refused a command; the typed reason (fencing is
+    /// `Refusal::StaleEpoch`, see [`LedgerError::is_fenced`]).
     #[error("the ledger refused the command: {0}")]
-    Refused(String),
+    Refused(Refusal),
+    /// The ledger answered with a response of another kind than the command gets.
+    #[error("the ledger's answer does not fit the command: {0}")]
+    Unexpected(String),
+    /// The operation needs something this ledger does not have (a fault on the
+    /// in-process ledger, a restart with no stopped replica).
+    #[error("not possible on this ledger: {0}")]
+    Unsupported(String),
+    /// The shard's epoch cannot increase any more: taking it again would wrap.
+    #[error("shard {shard}: epoch {current} is the last one; the shard cannot be taken again")]
+    EpochExhausted { shard: u32, current: u64 },
     #[error("the ledger could not be reached: {0}")]
     Unavailable(String),
     /// The proposal may or may not have been committed (e.g. its leader stopped mid-way).
@@ -53,6 +65,31 @@ pub enum LedgerError {
     Ambiguous(String),
     #[error("starting the ledger replicas failed: {0}")]
     Start(String),
+}
+
+impl LedgerError {
+    /// The ledger's typed refusal, when the error is one.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Self::Refused(r) => Some(r),
+            Self::Unexpected(_)
+            | Self::Unsupported(_)
+            | Self::EpochExhausted { .. }
+            | Self::Unavailable(_)
+            | Self::Ambiguous(_)
+            | Self::Start(_) => None,
+        }
+    }
+
+    /// Whether the proposer no longer owns the shard it wrote for (fencing, I4): its
+    /// epoch is not the shard's, or the shard is not known at all. Such a writer stops at
+    /// once and binds nothing.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self.refusal(),
+            Some(Refusal::StaleEpoch { .. } | Refusal::UnknownShard { .. })
+        )
+    }
 }
 
 /// The ledger's verdict on one proposed gang.
@@ -134,7 +171,7 @@ pub trait LedgerBackend {
         Ok(None)
     }
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
-        Err(LedgerError::Refused(format!(
+        Err(LedgerError::Unsupported(format!(
             "fault {fault} needs the replicated ledger (--replicas 2 or more)"
         )))
     }
@@ -303,7 +340,14 @@ pub(crate) fn verdicts(responses: Vec<LedgerResponse>) -> Result<Vec<Verdict>, L
                     GangDecision::Refused(r) => Verdict::Refused(r.to_string()),
                 }))
             }
-            other => return Err(LedgerError::Refused(format!("unexpected answer {other:?}"))),
+            LedgerResponse::Refused(r) => return Err(LedgerError::Refused(r)),
+            other @ (LedgerResponse::Applied
+            | LedgerResponse::Pods { .. }
+            | LedgerResponse::Expired { .. }) => {
+                return Err(LedgerError::Unexpected(format!(
+                    "PlaceGangs answered with {other:?}"
+                )));
+            }
         }
     }
     Ok(out)
@@ -346,6 +390,7 @@ pub(crate) fn load_commands(
         shard: SINGLE_SHARD,
         owner: FIRST_OWNER,
         epoch: FIRST_EPOCH,
+        proposer: None,
     });
     let gangs = occupying
         .iter()

@@ -5,8 +5,8 @@
 
 use phalanx_statestore::ledger::ReplicaId;
 use phalanx_statestore::{
-    ClientError, LedgerBatch, LedgerClient, LedgerCommand, LedgerResponse, LedgerState,
-    LocalCluster, MAX_COMMANDS_PER_BATCH, ReplicaConfig, start_local_cluster_with,
+    ClientError, LedgerBatch, LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse,
+    LedgerState, LocalCluster, MAX_COMMANDS_PER_BATCH, ReplicaConfig, start_local_cluster_with,
 };
 
 /// Transaction deadlines in a simulated run are in simulated time, and the sharded
@@ -29,6 +29,8 @@ pub struct RaftLedger {
     runtime: tokio::runtime::Runtime,
     cluster: Option<LocalCluster>,
     client: LedgerClient,
+    /// The ledger as last read: each read fetches only what changed since.
+    mirror: LedgerMirror,
     replicas: usize,
     /// Replicas stopped by faults, most recent last.
     stopped: Vec<u64>,
@@ -60,6 +62,7 @@ impl RaftLedger {
             runtime,
             cluster: Some(cluster),
             client,
+            mirror: LedgerMirror::new(),
             replicas,
             stopped: Vec::new(),
             _dir: dir,
@@ -95,7 +98,7 @@ pub(crate) fn propose_through(
             })?;
         for r in committed.responses {
             if let (true, LedgerResponse::Refused(reason)) = (stop_at_refusal, &r) {
-                return Err(LedgerError::Refused(reason.to_string()));
+                return Err(LedgerError::Refused(reason.clone()));
             }
             responses.push(r);
         }
@@ -103,16 +106,18 @@ pub(crate) fn propose_through(
     Ok(responses)
 }
 
-/// A linearizable read of the whole ledger state through `client`.
+/// A linearizable read of the whole ledger state through `client`: `mirror` fetches what
+/// changed since its last read (in full the first time, page by page, so the state may be
+/// any size), and the state is returned as of one applied index.
 pub(crate) fn read_through(
     handle: &tokio::runtime::Handle,
     client: &LedgerClient,
+    mirror: &mut LedgerMirror,
 ) -> Result<LedgerState, LedgerError> {
-    let read = handle
-        .block_on(client.read())
+    handle
+        .block_on(mirror.refresh(client))
         .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-    read.state
-        .ok_or_else(|| LedgerError::Unavailable("the linearizable read returned no state".into()))
+    Ok(mirror.state().clone())
 }
 
 impl Drop for RaftLedger {
@@ -140,7 +145,7 @@ impl LedgerBackend for RaftLedger {
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
-        read_through(self.runtime.handle(), &self.client)
+        read_through(self.runtime.handle(), &self.client, &mut self.mirror)
     }
 
     fn replica_count(&self) -> usize {
@@ -182,7 +187,7 @@ impl LedgerBackend for RaftLedger {
                 let id = match which {
                     Some(id) => *id,
                     None => *self.stopped.last().ok_or_else(|| {
-                        LedgerError::Refused("restart:last: no replica was stopped".into())
+                        LedgerError::Unsupported("restart:last: no replica was stopped".into())
                     })?,
                 };
                 self.runtime.block_on(cluster.restart(id)).map_err(failed)?;

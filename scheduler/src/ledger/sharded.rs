@@ -81,7 +81,12 @@ pub fn gang_verdicts(responses: &[LedgerResponse], sizes: &[usize]) -> Vec<Verdi
             LedgerResponse::Refused(r) => {
                 out.extend((0..*size).map(|_| Verdict::Refused(r.to_string())))
             }
-            other => out.extend((0..*size).map(|_| Verdict::Refused(format!("{other:?}")))),
+            other @ (LedgerResponse::Applied
+            | LedgerResponse::Pods { .. }
+            | LedgerResponse::Expired { .. }) => {
+                let why = format!("the ledger answered PlaceGangs with {other:?}");
+                out.extend((0..*size).map(|_| Verdict::Refused(why.clone())))
+            }
         }
     }
     out
@@ -122,6 +127,7 @@ pub fn load_sharded(
                 shard: *shard,
                 owner: *owner,
                 epoch: *epoch,
+                proposer: None,
             }),
     );
     refusals(ledger.propose_raw(commands)?)?;
@@ -173,7 +179,7 @@ pub fn load_sharded(
 /// The first refusal among `responses`, as an error.
 pub fn refusals(responses: Vec<LedgerResponse>) -> Result<Vec<LedgerResponse>, LedgerError> {
     if let Some(r) = responses.iter().find_map(LedgerResponse::refusal) {
-        return Err(LedgerError::Refused(r.to_string()));
+        return Err(LedgerError::Refused(r.clone()));
     }
     Ok(responses)
 }

@@ -1,28 +1,77 @@
-//! The replica's small HTTP endpoint: `/healthz` (the process is alive), `/readyz` (the watch
-//! caches have synced and the ledger has a leader), `/metrics` (Prometheus text).
+//! The replica's small HTTP endpoint: `/healthz` (the process is alive), `/readyz` (the
+//! replica can do its job: its watch caches have synced, the ledger has a leader, and, when
+//! it leads, it could take its shard), `/metrics` (Prometheus text).
 //!
 //! A plain HTTP/1.1 responder on tokio: one request per connection, bounded header size and
 //! read time, so a slow or malicious client cannot hold the replica up.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// Consecutive periods in which taking the shard failed before `/readyz` says so: one or
+/// two failures are an election or a lost answer, retried next period.
+pub const MAX_TAKE_FAILURES: u32 = 3;
+
 /// What `/readyz` reports; written by the scheduling loop.
 #[derive(Debug, Default)]
 pub struct Health {
     pub caches_synced: AtomicBool,
     pub ledger_has_leader: AtomicBool,
+    /// Consecutive periods in which this replica led but failed to take its shard (0 once
+    /// it owns the shard, or while it stands by).
+    pub take_failures: AtomicU32,
+    /// The shard's epoch cannot increase any more: no replica can take it again.
+    pub epoch_exhausted: AtomicBool,
 }
 
 impl Health {
+    /// Why the replica cannot do its job now; empty when it can.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.caches_synced.load(Ordering::Relaxed) {
+            why.push("watch caches not synced".to_string());
+        }
+        if !self.ledger_has_leader.load(Ordering::Relaxed) {
+            why.push("the ledger has no leader".to_string());
+        }
+        if self.epoch_exhausted.load(Ordering::Relaxed) {
+            why.push("the shard's epoch is exhausted: it cannot be taken again".to_string());
+        }
+        let failures = self.take_failures.load(Ordering::Relaxed);
+        if failures >= MAX_TAKE_FAILURES {
+            why.push(format!(
+                "taking the shard failed {failures} periods in a row"
+            ));
+        }
+        why
+    }
+
     pub fn ready(&self) -> bool {
-        self.caches_synced.load(Ordering::Relaxed) && self.ledger_has_leader.load(Ordering::Relaxed)
+        self.not_ready().is_empty()
+    }
+
+    /// The shard is owned (or there is nothing to take: the replica stands by).
+    pub fn shard_taken(&self) {
+        self.take_failures.store(0, Ordering::Relaxed);
+        self.epoch_exhausted.store(false, Ordering::Relaxed);
+    }
+
+    /// Taking the shard failed with `e`.
+    pub fn take_failed(&self, e: &crate::ledger::LedgerError) {
+        if matches!(e, crate::ledger::LedgerError::EpochExhausted { .. }) {
+            self.epoch_exhausted.store(true, Ordering::Relaxed);
+        }
+        let _ = self
+            .take_failures
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_add(1))
+            });
     }
 }
 
@@ -78,20 +127,9 @@ fn respond(
     const TEXT: &str = "text/plain; charset=utf-8";
     match path.split('?').next().unwrap_or("") {
         "/healthz" => ("200 OK", TEXT, "ok\n".into()),
-        "/readyz" if health.ready() => ("200 OK", TEXT, "ok\n".into()),
         "/readyz" => {
-            let mut why = Vec::new();
-            if !health.caches_synced.load(Ordering::Relaxed) {
-                why.push("watch caches not synced");
-            }
-            if !health.ledger_has_leader.load(Ordering::Relaxed) {
-                why.push("the ledger has no leader");
-            }
-            (
-                "503 Service Unavailable",
-                TEXT,
-                format!("not ready: {}\n", why.join(", ")),
-            )
+            let (code, body) = readyz(health);
+            (code, TEXT, body)
         }
         "/metrics" => (
             "200 OK",
@@ -102,7 +140,67 @@ fn respond(
     }
 }
 
+/// `/readyz`: 200 when ready, else 503 with every reason.
+fn readyz(health: &Health) -> (&'static str, String) {
+    let why = health.not_ready();
+    if why.is_empty() {
+        ("200 OK", "ok\n".into())
+    } else {
+        (
+            "503 Service Unavailable",
+            format!("not ready: {}\n", why.join(", ")),
+        )
+    }
+}
+
 /// Binds the endpoint (before anything else starts, so a taken port fails fast).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::LedgerError;
+
+    fn healthy() -> Health {
+        let h = Health::default();
+        h.caches_synced.store(true, Ordering::Relaxed);
+        h.ledger_has_leader.store(true, Ordering::Relaxed);
+        h
+    }
+
+    #[test]
+    fn readyz_is_503_with_the_reason_whenever_the_replica_cannot_do_its_job() {
+        assert_eq!(readyz(&healthy()), ("200 OK", "ok\n".to_string()));
+
+        let (code, body) = readyz(&Health::default());
+        assert_eq!(code, "503 Service Unavailable");
+        assert!(body.contains("watch caches not synced"), "{body}");
+        assert!(body.contains("the ledger has no leader"), "{body}");
+
+        let h = healthy();
+        h.take_failed(&LedgerError::EpochExhausted {
+            shard: 0,
+            current: u64::MAX - 1,
+        });
+        let (code, body) = readyz(&h);
+        assert_eq!(code, "503 Service Unavailable");
+        assert!(body.contains("epoch is exhausted"), "{body}");
+
+        let h = healthy();
+        for n in 1..=MAX_TAKE_FAILURES {
+            assert_eq!(readyz(&h).0, "200 OK", "after {} failures", n - 1);
+            h.take_failed(&LedgerError::Unavailable("no leader".into()));
+        }
+        let (code, body) = readyz(&h);
+        assert_eq!(code, "503 Service Unavailable");
+        assert!(
+            body.contains(&format!("failed {MAX_TAKE_FAILURES} periods in a row")),
+            "{body}"
+        );
+        // Taking the shard (or standing by) makes it ready again.
+        h.shard_taken();
+        assert_eq!(readyz(&h).0, "200 OK");
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use phalanx_statestore::ledger::PlacementState;
 use phalanx_statestore::{GangPlacement as LedgerGang, PodPlacement};
-use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerResponse, LedgerState};
+use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse, LedgerState};
 use tokio::runtime::Handle;
 
 use crate::cluster::kube::KubeCluster;
@@ -19,11 +19,14 @@ use crate::ledger::{
 };
 use crate::model::ObjectKey;
 
-/// The replicated ledger through its client, at `(shard, epoch)`.
+/// The replicated ledger through its client, at `(shard, epoch)`. Reads go through a
+/// mirror: a reconciliation transfers what changed since the previous one, not the
+/// whole ledger.
 #[derive(Debug)]
 pub struct ServeLedger {
     handle: Handle,
     client: Arc<LedgerClient>,
+    mirror: LedgerMirror,
     pub shard: u32,
     pub epoch: u64,
 }
@@ -33,6 +36,7 @@ impl ServeLedger {
         Self {
             handle,
             client,
+            mirror: LedgerMirror::new(),
             shard,
             epoch,
         }
@@ -48,7 +52,7 @@ impl LedgerBackend for ServeLedger {
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
-        read_through(&self.handle, &self.client)
+        read_through(&self.handle, &self.client, &mut self.mirror)
     }
 
     fn replica_count(&self) -> usize {
@@ -60,9 +64,14 @@ impl LedgerBackend for ServeLedger {
     }
 }
 
-/// Whether a ledger refusal says the proposer's epoch is no longer the shard's (deposed).
-pub fn is_fenced(e: &LedgerError) -> bool {
-    matches!(e, LedgerError::Refused(why) if why.contains("stale epoch") || why.contains("unknown shard"))
+/// The epoch that follows `current` for `shard`. The ledger refuses `u64::MAX` (it would
+/// leave no room for the next owner), so the last epoch a shard can be taken at is
+/// `u64::MAX - 1`; past it the shard is exhausted, an error, never a wrap to 0.
+pub fn next_epoch(shard: u32, current: u64) -> Result<u64, LedgerError> {
+    current
+        .checked_add(1)
+        .filter(|e| *e < u64::MAX)
+        .ok_or(LedgerError::EpochExhausted { shard, current })
 }
 
 /// What one reconciliation did.
@@ -301,6 +310,7 @@ mod tests {
     use crate::framework::{GangPlacement, Placement};
     use crate::ledger::{LocalLedger, PlacementLedger};
     use crate::model::{Node, Resources};
+    use phalanx_statestore::Refusal;
 
     /// The in-process state machine written at a chosen epoch, as a serve replica writes.
     struct Leased {
@@ -354,14 +364,29 @@ mod tests {
             shard: 0,
             owner: 2,
             epoch: 2,
+            proposer: None,
         }])
         .expect("reassigned");
         let refused = old.commit(&[gang("b")]).expect_err("stale epoch");
-        assert!(is_fenced(&refused), "{refused}");
-        assert!(is_fenced(
-            &old.mark_bound(&[ObjectKey::new("default", "a")])
+        assert!(refused.is_fenced(), "{refused}");
+        assert_eq!(
+            refused.refusal(),
+            Some(&Refusal::StaleEpoch {
+                shard: 0,
+                proposed: 1,
+                current: 2
+            })
+        );
+        // What an operator reads stays as clear as before.
+        assert_eq!(
+            refused.to_string(),
+            "the ledger refused the command: shard 0: stale epoch 1, current is 2"
+        );
+        assert!(
+            old.mark_bound(&[ObjectKey::new("default", "a")])
                 .expect_err("stale epoch")
-        ));
+                .is_fenced()
+        );
         let mut new = Leased {
             inner: std::mem::take(&mut old.inner),
             epoch: 2,
@@ -372,6 +397,22 @@ mod tests {
         );
         new.mark_bound(&[ObjectKey::new("default", "a")])
             .expect("the new owner marks the old owner's placement bound");
+    }
+
+    /// Regression: `current + 1` wrapped (an `AssignShard{0, 99, u64::MAX}` in the ledger
+    /// made serve compute epoch 0 for ever).
+    #[test]
+    fn an_exhausted_epoch_is_an_error_never_a_wrap() {
+        assert_eq!(next_epoch(0, 0).expect("room"), 1);
+        assert_eq!(next_epoch(0, u64::MAX - 2).expect("room"), u64::MAX - 1);
+        for current in [u64::MAX - 1, u64::MAX] {
+            let e = next_epoch(3, current).expect_err("exhausted");
+            assert!(
+                matches!(e, LedgerError::EpochExhausted { shard: 3, current: c } if c == current),
+                "{e}"
+            );
+            assert!(e.to_string().contains("shard 3"), "{e}");
+        }
     }
 
     /// Regression: nodes deleted from the cluster stayed in the ledger for ever. They are

@@ -35,6 +35,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
+use phalanx_statestore::ledger::LeaderTerm;
 use phalanx_statestore::{LedgerClient, LedgerCommand, ReplicaConfig, start_replica_with};
 use thiserror::Error;
 
@@ -43,7 +44,7 @@ use crate::cluster::{Cluster, ClusterSnapshot};
 use crate::framework::{SchedulerConf, run_cycle};
 use crate::ledger::{LedgerError, PlacementLedger, ReleaseReason, SINGLE_SHARD, Verdict};
 use crate::model::ObjectKey;
-use ledger::{ServeLedger, is_fenced, reconcile};
+use ledger::{ServeLedger, next_epoch, reconcile};
 
 /// Everything `phalanx serve` is told.
 #[derive(Clone, Debug)]
@@ -208,7 +209,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         });
     }
 
-    let mut owner = Owner::new(opts.clone(), handle, client);
+    let mut owner = Owner::new(opts.clone(), handle, client, health.clone());
     let period = Duration::from_millis(opts.period_ms.max(10));
     while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();
@@ -219,10 +220,15 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         let leader = metrics.current_leader == Some(opts.id);
         gauge!(metric::IS_LEADER).set(if leader { 1.0 } else { 0.0 });
         if leader {
-            owner.step(&mut cluster);
-        } else if owner.ledger.is_some() {
-            tracing::warn!(id = opts.id, "no longer the ledger leader; standing by");
-            owner.ledger = None;
+            owner.step(&mut cluster, metrics.current_term);
+        } else {
+            if owner.ledger.is_some() {
+                tracing::warn!(id = opts.id, "no longer the ledger leader; standing by");
+                owner.ledger = None;
+            }
+            // A replica that stands by has nothing to take: its readiness is its caches
+            // and the ledger's leader.
+            health.shard_taken();
         }
         gauge!(metric::OWNED_EPOCH).set(owner.ledger.as_ref().map_or(0.0, |l| l.epoch as f64));
         std::thread::sleep(period.saturating_sub(started.elapsed()));
@@ -240,28 +246,39 @@ struct Owner {
     client: Arc<LedgerClient>,
     /// Set while this replica owns shard 0 (at the epoch inside).
     ledger: Option<ServeLedger>,
+    /// What `/readyz` reports about taking the shard.
+    health: Arc<http::Health>,
 }
 
 impl Owner {
-    fn new(opts: ServeOptions, handle: tokio::runtime::Handle, client: Arc<LedgerClient>) -> Self {
+    fn new(
+        opts: ServeOptions,
+        handle: tokio::runtime::Handle,
+        client: Arc<LedgerClient>,
+        health: Arc<http::Health>,
+    ) -> Self {
         Self {
             opts,
             handle,
             client,
             ledger: None,
+            health,
         }
     }
 
-    /// Takes shard 0 if not owned, then runs one cycle.
-    fn step(&mut self, cluster: &mut KubeCluster) {
+    /// Takes shard 0 if not owned (as the leader of Raft term `term`), then runs one
+    /// cycle.
+    fn step(&mut self, cluster: &mut KubeCluster, term: u64) {
         if self.ledger.is_none() {
-            match self.take_shard() {
+            match self.take_shard(term) {
                 Ok(l) => {
                     tracing::info!(id = self.opts.id, epoch = l.epoch, "took shard 0");
+                    self.health.shard_taken();
                     self.ledger = Some(l);
                 }
                 Err(e) => {
                     counter!(metric::LEDGER_ERRORS).increment(1);
+                    self.health.take_failed(&e);
                     tracing::warn!(error = %e, "taking shard 0 failed; retrying next period");
                     return;
                 }
@@ -269,7 +286,7 @@ impl Owner {
         }
         if let Err(e) = self.cycle(cluster) {
             counter!(metric::LEDGER_ERRORS).increment(1);
-            if is_fenced(&e) {
+            if e.is_fenced() {
                 tracing::warn!(error = %e, "deposed: another replica owns shard 0 now; binding nothing");
                 self.ledger = None;
             } else {
@@ -278,17 +295,24 @@ impl Owner {
         }
     }
 
-    fn take_shard(&mut self) -> Result<ServeLedger, LedgerError> {
+    /// Proposes `AssignShard{0, self, epoch + 1}` naming this replica as the leader of
+    /// `term`: the ledger refuses it unless this replica appended it in that term, so a
+    /// leader deposed since it read its metrics cannot take the shard back.
+    fn take_shard(&mut self, term: u64) -> Result<ServeLedger, LedgerError> {
         let mut probe = ServeLedger::new(self.handle.clone(), self.client.clone(), SINGLE_SHARD, 0);
         let state = crate::ledger::LedgerBackend::read_state(&mut probe)?;
         let current = state.shards.get(&SINGLE_SHARD).map_or(0, |a| a.epoch);
-        let epoch = current + 1;
+        let epoch = next_epoch(SINGLE_SHARD, current)?;
         crate::ledger::LedgerBackend::propose_all(
             &mut probe,
             vec![LedgerCommand::AssignShard {
                 shard: SINGLE_SHARD,
                 owner: self.opts.id,
                 epoch,
+                proposer: Some(LeaderTerm {
+                    replica: self.opts.id,
+                    term,
+                }),
             }],
         )?;
         probe.epoch = epoch;

@@ -37,6 +37,7 @@ impl Move {
             shard: self.shard,
             owner: self.to,
             epoch: self.new_epoch,
+            proposer: None,
         }
     }
 }
@@ -214,7 +215,8 @@ mod tests {
             LedgerCommand::AssignShard {
                 shard: 4,
                 owner: 2,
-                epoch: 8
+                epoch: 8,
+                proposer: None,
             }
         );
     }

@@ -6,10 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::changes::{Changes, StateKey};
 use super::command::{
-    GangPlacement, LedgerCommand, MAX_GANGS_PER_COMMAND, MAX_OPEN_TXNS, MAX_PODS_PER_COMMAND,
-    MAX_PODS_PER_GANG, MAX_TXN_PARTICIPANTS, TXN_RETENTION_MS,
+    GangPlacement, LedgerCommand, MAX_CLOCK_STEP_MS, MAX_EPOCH_STEP, MAX_GANGS_PER_COMMAND,
+    MAX_OPEN_TXNS, MAX_PODS_PER_COMMAND, MAX_PODS_PER_GANG, MAX_TXN_PARTICIPANTS, TXN_RETENTION_MS,
 };
+use super::context::{ApplyContext, LeaderTerm};
 use super::overcommit::OvercommitFactor;
 use super::refusal::Refusal;
 use super::resource_vec::ResourceVec;
@@ -19,50 +21,73 @@ use super::state::{
     TxnDecision, TxnId,
 };
 
-/// Applies one command to the ledger and reports what happened.
+/// Applies one command in process (no log: see `ApplyContext::IN_PROCESS`).
 pub fn apply(state: &mut LedgerState, cmd: &LedgerCommand) -> LedgerResponse {
+    apply_with(state, cmd, &ApplyContext::IN_PROCESS)
+}
+
+/// Applies one command to the ledger, as the log entry `ctx` describes, and reports what
+/// happened.
+pub fn apply_with(
+    state: &mut LedgerState,
+    cmd: &LedgerCommand,
+    ctx: &ApplyContext,
+) -> LedgerResponse {
+    apply_recording(state, cmd, ctx, &mut Changes::off())
+}
+
+/// `apply_with`, noting in `c` every key of the state it writes (nothing for a refusal).
+pub fn apply_recording(
+    state: &mut LedgerState,
+    cmd: &LedgerCommand,
+    ctx: &ApplyContext,
+    c: &mut Changes,
+) -> LedgerResponse {
     let result = match cmd {
         LedgerCommand::UpsertNode {
             node,
             allocatable,
             shard,
-        } => upsert_node(state, node, allocatable, *shard),
-        LedgerCommand::RemoveNode { node } => remove_node(state, node),
-        LedgerCommand::SetOvercommit { factor } => set_overcommit(state, *factor),
+        } => upsert_node(state, node, allocatable, *shard, c),
+        LedgerCommand::RemoveNode { node } => remove_node(state, node, c),
+        LedgerCommand::SetOvercommit { factor } => set_overcommit(state, *factor, c),
         LedgerCommand::AssignShard {
             shard,
             owner,
             epoch,
-        } => assign_shard(state, *shard, *owner, *epoch),
+            proposer,
+        } => assign_shard(state, (*shard, *owner, *epoch), *proposer, ctx, c),
         LedgerCommand::PlaceGangs {
             shard,
             epoch,
             gangs,
-        } => place_gangs(state, *shard, *epoch, gangs),
-        LedgerCommand::MarkBound { shard, epoch, pods } => mark_bound(state, *shard, *epoch, pods),
+        } => place_gangs(state, *shard, *epoch, gangs, c),
+        LedgerCommand::MarkBound { shard, epoch, pods } => {
+            mark_bound(state, *shard, *epoch, pods, c)
+        }
         LedgerCommand::Release {
             shard, epoch, pods, ..
-        } => release(state, *shard, *epoch, pods),
+        } => release(state, *shard, *epoch, pods, c),
         LedgerCommand::TxnBegin {
             txn,
             shard,
             epoch,
             participants,
             deadline_ms,
-        } => txn_begin(state, txn, *shard, *epoch, participants, *deadline_ms),
+        } => txn_begin(state, txn, (*shard, *epoch), participants, *deadline_ms, c),
         LedgerCommand::TxnReserve {
             txn,
             shard,
             epoch,
             gang,
-        } => txn_reserve(state, txn, *shard, *epoch, gang),
+        } => txn_reserve(state, txn, *shard, *epoch, gang, c),
         LedgerCommand::TxnDecide {
             txn,
             shard,
             epoch,
             decision,
-        } => txn_decide(state, txn, *shard, *epoch, *decision),
-        LedgerCommand::ExpireAt { now_ms } => Ok(expire_at(state, *now_ms)),
+        } => txn_decide(state, txn, *shard, *epoch, *decision, c),
+        LedgerCommand::ExpireAt { now_ms } => expire_at(state, *now_ms, c),
     };
     result.unwrap_or_else(LedgerResponse::Refused)
 }
@@ -120,9 +145,11 @@ fn upsert_node(
     node: &str,
     allocatable: &ResourceVec,
     shard: ShardId,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     non_negative(&format!("node {node}"), allocatable)?;
     usage_fits(node, &state.usage_of(node), allocatable, state.overcommit)?;
+    c.touch(|| StateKey::Node(node.to_string()));
     state.nodes.insert(
         node.to_string(),
         NodeRecord {
@@ -133,7 +160,11 @@ fn upsert_node(
     Ok(LedgerResponse::Applied)
 }
 
-fn remove_node(state: &mut LedgerState, node: &str) -> Result<LedgerResponse, Refusal> {
+fn remove_node(
+    state: &mut LedgerState,
+    node: &str,
+    c: &mut Changes,
+) -> Result<LedgerResponse, Refusal> {
     if !state.nodes.contains_key(node) {
         return Err(Refusal::UnknownNode {
             node: node.to_string(),
@@ -147,12 +178,14 @@ fn remove_node(state: &mut LedgerState, node: &str) -> Result<LedgerResponse, Re
         });
     }
     state.nodes.remove(node);
+    c.touch(|| StateKey::Node(node.to_string()));
     Ok(LedgerResponse::Applied)
 }
 
 fn set_overcommit(
     state: &mut LedgerState,
     factor: OvercommitFactor,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     if !factor.is_valid() {
         return Err(Refusal::InvalidOvercommit {
@@ -169,24 +202,62 @@ fn set_overcommit(
         usage_fits(node, usage, &allocatable, factor)?;
     }
     state.overcommit = factor;
+    c.touch(|| StateKey::Scalars);
     Ok(LedgerResponse::Applied)
 }
 
 fn assign_shard(
     state: &mut LedgerState,
-    shard: ShardId,
-    owner: u64,
-    epoch: Epoch,
+    (shard, owner, epoch): (ShardId, u64, Epoch),
+    proposer: Option<LeaderTerm>,
+    ctx: &ApplyContext,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
-    let current = state.shards.get(&shard).map_or(0, |a| a.epoch);
-    if epoch <= current {
+    let current = state.shards.get(&shard).copied();
+    let current_epoch = current.map_or(0, |a| a.epoch);
+    let max = current_epoch
+        .saturating_add(MAX_EPOCH_STEP)
+        .min(Epoch::MAX - 1);
+    if epoch > max {
+        return Err(Refusal::EpochOutOfRange {
+            shard,
+            proposed: epoch,
+            current: current_epoch,
+            max,
+        });
+    }
+    if let Some(members) = &ctx.members
+        && !members.contains(&owner)
+    {
+        return Err(Refusal::UnknownOwner {
+            shard,
+            owner,
+            members: members.iter().copied().collect(),
+        });
+    }
+    if let (Some(proposer), Some(appended_by)) = (proposer, ctx.appended_by)
+        && proposer != appended_by
+    {
+        return Err(Refusal::DeposedLeader {
+            shard,
+            proposer,
+            appended_by,
+        });
+    }
+    if current == Some(ShardAssignment { owner, epoch }) {
+        // A retry of the assignment in force (its first proposal committed, its answer was
+        // lost): refusing it would leave the proposer believing the shard unowned.
+        return Ok(LedgerResponse::Applied);
+    }
+    if epoch <= current_epoch {
         return Err(Refusal::EpochNotIncreasing {
             shard,
             proposed: epoch,
-            current,
+            current: current_epoch,
         });
     }
     state.shards.insert(shard, ShardAssignment { owner, epoch });
+    c.touch(|| StateKey::Shard(shard));
     Ok(LedgerResponse::Applied)
 }
 
@@ -275,8 +346,10 @@ fn commit_gang(
     gang: &GangPlacement,
     adds: BTreeMap<String, ResourceVec>,
     placement_state: &PlacementState,
+    c: &mut Changes,
 ) {
     for pod in &gang.pods {
+        c.touch(|| StateKey::Placement(pod.pod.clone()));
         state.placements.insert(
             pod.pod.clone(),
             Placement {
@@ -291,11 +364,12 @@ fn commit_gang(
     for (node, add) in adds {
         // check_gang proved used + add <= limit <= i64::MAX, so this cannot saturate.
         let total = state.usage_of(&node).saturating_add(&add);
-        set_usage(state, &node, total);
+        set_usage(state, &node, total, c);
     }
 }
 
-fn set_usage(state: &mut LedgerState, node: &str, usage: ResourceVec) {
+fn set_usage(state: &mut LedgerState, node: &str, usage: ResourceVec, c: &mut Changes) {
+    c.touch(|| StateKey::Usage(node.to_string()));
     if usage.is_zero() {
         state.usage.remove(node);
     } else {
@@ -304,11 +378,13 @@ fn set_usage(state: &mut LedgerState, node: &str, usage: ResourceVec) {
 }
 
 /// Removes a placement and gives its resources back.
-fn drop_placement(state: &mut LedgerState, pod: &str) {
+fn drop_placement(state: &mut LedgerState, pod: &str, c: &mut Changes) {
     if let Some(p) = state.placements.remove(pod) {
+        c.touch(|| StateKey::Placement(pod.to_string()));
         let remaining = state.usage_of(&p.node).saturating_sub(&p.resources);
-        set_usage(state, &p.node, remaining);
+        set_usage(state, &p.node, remaining, c);
         state.released_total = state.released_total.saturating_add(1);
+        c.touch(|| StateKey::Scalars);
     }
 }
 
@@ -317,6 +393,7 @@ fn place_gangs(
     shard: ShardId,
     epoch: Epoch,
     gangs: &[GangPlacement],
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     if gangs.len() > MAX_GANGS_PER_COMMAND {
@@ -330,7 +407,7 @@ fn place_gangs(
     for gang in gangs {
         let decision = match check_gang(state, shard, gang) {
             Ok(adds) => {
-                commit_gang(state, shard, gang, adds, &PlacementState::Assumed);
+                commit_gang(state, shard, gang, adds, &PlacementState::Assumed, c);
                 GangDecision::Accepted
             }
             Err(r) => GangDecision::Refused(r),
@@ -365,6 +442,7 @@ fn mark_bound(
     shard: ShardId,
     epoch: Epoch,
     pods: &[String],
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     check_pod_list(pods)?;
@@ -398,6 +476,7 @@ fn mark_bound(
     for pod in to_bind {
         if let Some(p) = state.placements.get_mut(pod) {
             p.state = PlacementState::Bound;
+            c.touch(|| StateKey::Placement(pod.clone()));
         }
     }
     Ok(LedgerResponse::Pods { changed, unchanged })
@@ -408,6 +487,7 @@ fn release(
     shard: ShardId,
     epoch: Epoch,
     pods: &[String],
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     check_pod_list(pods)?;
@@ -436,7 +516,7 @@ fn release(
     }
     let changed = u32::try_from(to_drop.len()).unwrap_or(u32::MAX);
     for pod in to_drop {
-        drop_placement(state, pod);
+        drop_placement(state, pod, c);
     }
     Ok(LedgerResponse::Pods { changed, unchanged })
 }
@@ -444,10 +524,10 @@ fn release(
 fn txn_begin(
     state: &mut LedgerState,
     txn: &TxnId,
-    shard: ShardId,
-    epoch: Epoch,
+    (shard, epoch): (ShardId, Epoch),
     participants: &[ShardId],
     deadline_ms: u64,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     if state.txns.contains_key(txn) {
@@ -491,6 +571,7 @@ fn txn_begin(
             decision: None,
         },
     );
+    c.touch(|| StateKey::Txn(txn.clone()));
     Ok(LedgerResponse::Applied)
 }
 
@@ -500,6 +581,7 @@ fn txn_reserve(
     shard: ShardId,
     epoch: Epoch,
     gang: &GangPlacement,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     let t = state
@@ -524,9 +606,10 @@ fn txn_reserve(
     let decision = match check_gang(state, shard, gang) {
         Ok(adds) => {
             let reserved = PlacementState::Reserved { txn: txn.clone() };
-            commit_gang(state, shard, gang, adds, &reserved);
+            commit_gang(state, shard, gang, adds, &reserved, c);
             if let Some(t) = state.txns.get_mut(txn) {
                 t.prepared.insert(shard);
+                c.touch(|| StateKey::Txn(txn.clone()));
             }
             GangDecision::Accepted
         }
@@ -544,6 +627,7 @@ fn txn_decide(
     shard: ShardId,
     epoch: Epoch,
     decision: TxnDecision,
+    c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
     let t = state
@@ -571,13 +655,13 @@ fn txn_decide(
             });
         }
     }
-    finish_txn(state, txn, decision);
+    finish_txn(state, txn, decision, c);
     Ok(LedgerResponse::Applied)
 }
 
 /// Records the decision and turns reservations into assumed placements (commit) or
 /// releases them (abort).
-fn finish_txn(state: &mut LedgerState, txn: &TxnId, decision: TxnDecision) {
+fn finish_txn(state: &mut LedgerState, txn: &TxnId, decision: TxnDecision, c: &mut Changes) {
     let held: Vec<String> = state
         .placements
         .iter()
@@ -589,17 +673,57 @@ fn finish_txn(state: &mut LedgerState, txn: &TxnId, decision: TxnDecision) {
             TxnDecision::Commit => {
                 if let Some(p) = state.placements.get_mut(&pod) {
                     p.state = PlacementState::Assumed;
+                    c.touch(|| StateKey::Placement(pod.clone()));
                 }
             }
-            TxnDecision::Abort => drop_placement(state, &pod),
+            TxnDecision::Abort => drop_placement(state, &pod, c),
         }
     }
     if let Some(t) = state.txns.get_mut(txn) {
         t.decision = Some(decision);
+        c.touch(|| StateKey::Txn(txn.clone()));
     }
 }
 
-fn expire_at(state: &mut LedgerState, now_ms: u64) -> LedgerResponse {
+/// The ledger's clock moves forward only, and by a bounded step: see `MAX_CLOCK_STEP_MS`.
+/// An earlier time is refused rather than ignored so that a proposer whose clock lags
+/// learns it (nothing would change either way: every deadline up to the ledger's clock has
+/// already expired). Until the ledger has seen any time (no clock, no deadline) every
+/// time is accepted: there is nothing to judge it against.
+fn check_clock(state: &LedgerState, now_ms: u64) -> Result<(), Refusal> {
+    if now_ms < state.clock_ms {
+        return Err(Refusal::ClockBehind {
+            proposed: now_ms,
+            latest: state.clock_ms,
+        });
+    }
+    let latest_deadline = state
+        .txns
+        .values()
+        .map(|t| t.deadline_ms)
+        .max()
+        .unwrap_or(0);
+    let anchor = state.clock_ms.max(latest_deadline);
+    if anchor > 0 && now_ms > anchor.saturating_add(MAX_CLOCK_STEP_MS) {
+        return Err(Refusal::ClockJump {
+            proposed: now_ms,
+            anchor,
+            max_step: MAX_CLOCK_STEP_MS,
+        });
+    }
+    Ok(())
+}
+
+fn expire_at(
+    state: &mut LedgerState,
+    now_ms: u64,
+    c: &mut Changes,
+) -> Result<LedgerResponse, Refusal> {
+    check_clock(state, now_ms)?;
+    if state.clock_ms != now_ms {
+        state.clock_ms = now_ms;
+        c.touch(|| StateKey::Scalars);
+    }
     let expired: Vec<TxnId> = state
         .txns
         .iter()
@@ -607,10 +731,14 @@ fn expire_at(state: &mut LedgerState, now_ms: u64) -> LedgerResponse {
         .map(|(k, _)| k.clone())
         .collect();
     for txn in &expired {
-        finish_txn(state, txn, TxnDecision::Abort);
+        finish_txn(state, txn, TxnDecision::Abort, c);
     }
-    state.txns.retain(|_, t| {
-        t.decision.is_none() || t.deadline_ms.saturating_add(TXN_RETENTION_MS) > now_ms
+    state.txns.retain(|id, t| {
+        let keep = t.decision.is_none() || t.deadline_ms.saturating_add(TXN_RETENTION_MS) > now_ms;
+        if !keep {
+            c.touch(|| StateKey::Txn(id.clone()));
+        }
+        keep
     });
-    LedgerResponse::Expired { aborted: expired }
+    Ok(LedgerResponse::Expired { aborted: expired })
 }

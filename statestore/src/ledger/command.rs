@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::context::LeaderTerm;
 use super::overcommit::OvercommitFactor;
 use super::resource_vec::ResourceVec;
 use super::state::{Epoch, ReplicaId, ShardId, TxnDecision, TxnId};
@@ -18,6 +19,15 @@ pub const MAX_TXN_PARTICIPANTS: usize = 64;
 pub const MAX_OPEN_TXNS: usize = 1024;
 /// Decided transactions are forgotten this long after their deadline (by `ExpireAt`).
 pub const TXN_RETENTION_MS: u64 = 10 * 60 * 1000;
+/// The most one `AssignShard` may raise a shard's epoch: a single command cannot use up
+/// the epoch space (an exhausted shard could never be reassigned).
+pub const MAX_EPOCH_STEP: u64 = 1 << 32;
+/// The most one `ExpireAt` may move the ledger's clock past the later of its previous
+/// time and the latest transaction deadline it holds. One hour is far more than any
+/// transaction timeout; a clock further ahead (a wrong clock, milliseconds written as
+/// microseconds) would abort every open transaction and then refuse every correct clock
+/// as "behind".
+pub const MAX_CLOCK_STEP_MS: u64 = 60 * 60 * 1000;
 
 /// One pod's proposed placement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +86,10 @@ pub enum LedgerCommand {
         /// The new factor (>= 1).
         factor: OvercommitFactor,
     },
-    /// Gives a shard to an owner; the epoch must increase.
+    /// Gives a shard to an owner; the epoch must increase (at most by `MAX_EPOCH_STEP`,
+    /// never to `u64::MAX`), and the owner must be a Raft member. Proposing the current
+    /// assignment again (same owner, same epoch) is a no-op that succeeds, so a retry
+    /// after an unknown outcome cannot leave the shard without an owner.
     AssignShard {
         /// Shard.
         shard: ShardId,
@@ -84,6 +97,12 @@ pub enum LedgerCommand {
         owner: ReplicaId,
         /// New epoch, greater than the current one.
         epoch: Epoch,
+        /// The Raft leader proposing it and its term. Through Raft the entry is refused
+        /// unless that leader appended it in that term, so a deposed leader cannot take a
+        /// shard back. `None` is not checked: the in-process ledger, bootstrapping and
+        /// the simulator's runtime (one leader role by construction) propose so.
+        #[serde(default)]
+        proposer: Option<LeaderTerm>,
     },
     /// Places gangs from one shard's pool, each all or nothing (fenced).
     PlaceGangs {
@@ -150,7 +169,9 @@ pub enum LedgerCommand {
         decision: TxnDecision,
     },
     /// Aborts every undecided transaction whose deadline is `<= now_ms`, and forgets
-    /// decided ones older than `TXN_RETENTION_MS` past their deadline.
+    /// decided ones older than `TXN_RETENTION_MS` past their deadline. The ledger keeps
+    /// the latest `now_ms` (`LedgerState::clock_ms`): an earlier one is refused, and so is
+    /// one more than `MAX_CLOCK_STEP_MS` past the later of that and the latest deadline.
     ExpireAt {
         /// The proposer's clock, carried in the command so apply stays deterministic.
         now_ms: u64,

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{Epoch, ShardId, TxnId};
+use super::context::LeaderTerm;
+use super::state::{Epoch, ReplicaId, ShardId, TxnId};
 
 /// Why a command (or one gang of it) was refused. `Display` is the human reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -33,6 +34,70 @@ pub enum Refusal {
         proposed: Epoch,
         /// Epoch in the ledger.
         current: Epoch,
+    },
+    /// `AssignShard` to an epoch that leaves no room (`u64::MAX`) or jumps further than
+    /// `MAX_EPOCH_STEP`.
+    #[error("shard {shard}: epoch {proposed} is out of range (current {current}, at most {max})")]
+    EpochOutOfRange {
+        /// Shard.
+        shard: ShardId,
+        /// Epoch in the command.
+        proposed: Epoch,
+        /// Epoch in the ledger.
+        current: Epoch,
+        /// The largest epoch the command could have named.
+        max: Epoch,
+    },
+    /// `AssignShard` proposed by a leader that did not append it: the proposer was
+    /// deposed before its entry reached the log, and another leader appended it.
+    #[error("shard {shard}: proposed by {proposer}, but appended by {appended_by} (deposed)")]
+    DeposedLeader {
+        /// Shard.
+        shard: ShardId,
+        /// The leader the command names.
+        proposer: LeaderTerm,
+        /// The leader that appended the entry.
+        appended_by: LeaderTerm,
+    },
+    /// `AssignShard` to a replica that is not a Raft member.
+    #[error("shard {shard}: owner {owner} is not a member of the ledger (members {members:?})")]
+    UnknownOwner {
+        /// Shard.
+        shard: ShardId,
+        /// The named owner.
+        owner: ReplicaId,
+        /// The members.
+        members: Vec<ReplicaId>,
+    },
+    /// `ExpireAt` earlier than a time the ledger has already seen.
+    #[error("clock: {proposed} ms is behind the ledger's {latest} ms")]
+    ClockBehind {
+        /// Time in the command.
+        proposed: u64,
+        /// The latest `ExpireAt` time applied.
+        latest: u64,
+    },
+    /// `ExpireAt` too far ahead of every time the ledger knows.
+    #[error(
+        "clock: {proposed} ms is more than {max_step} ms past {anchor} ms (the ledger's clock or latest deadline)"
+    )]
+    ClockJump {
+        /// Time in the command.
+        proposed: u64,
+        /// The later of the ledger's clock and its latest transaction deadline.
+        anchor: u64,
+        /// `MAX_CLOCK_STEP_MS`.
+        max_step: u64,
+    },
+    /// The ledger's answer is of a kind the command never gets (e.g. `Pods` for a
+    /// `TxnBegin`). `apply` never produces this: a client that meets such an answer
+    /// turns it into this refusal, so that it is never read as success.
+    #[error("the ledger answered {command} with {response}, which is no answer to it")]
+    UnexpectedResponse {
+        /// The command's kind.
+        command: String,
+        /// What came back.
+        response: String,
     },
     /// The node is not in the ledger.
     #[error("node {node}: unknown node")]

@@ -117,6 +117,10 @@ pub struct LedgerState {
     pub txns: BTreeMap<TxnId, Txn>,
     /// How many placements were released since the ledger began.
     pub released_total: u64,
+    /// The latest `ExpireAt` time applied (ms; 0 before the first). Time never goes
+    /// back: an earlier `ExpireAt` is refused.
+    #[serde(default)]
+    pub clock_ms: u64,
 }
 
 impl LedgerState {

@@ -31,11 +31,13 @@ fn ledger() -> LedgerState {
             shard: 1,
             owner: 10,
             epoch: 1,
+            proposer: None,
         },
         LedgerCommand::AssignShard {
             shard: 2,
             owner: 20,
             epoch: 1,
+            proposer: None,
         },
         LedgerCommand::UpsertNode {
             node: "gpu-3".into(),
@@ -232,7 +234,8 @@ fn a_deposed_owner_at_a_stale_epoch_cannot_write() {
             &LedgerCommand::AssignShard {
                 shard: 1,
                 owner: 11,
-                epoch: 2
+                epoch: 2,
+                proposer: None,
             }
         ),
         LedgerResponse::Applied
@@ -257,6 +260,7 @@ fn a_deposed_owner_at_a_stale_epoch_cannot_write() {
             shard: 1,
             owner: 10,
             epoch: 2,
+            proposer: None,
         },
     );
     assert!(matches!(
@@ -530,6 +534,7 @@ fn the_same_log_gives_byte_identical_state_on_two_replicas() {
                 shard: 1,
                 owner: 1,
                 epoch: 1,
+                proposer: None,
             },
             LedgerCommand::UpsertNode {
                 node: "n1".into(),
@@ -630,7 +635,8 @@ fn arb_command() -> impl Strategy<Value = LedgerCommand> {
         (0u32..2, 0u64..3, 0u64..5).prop_map(|(shard, owner, epoch)| LedgerCommand::AssignShard {
             shard,
             owner,
-            epoch
+            epoch,
+            proposer: None,
         }),
         (
             0u32..2,
@@ -704,6 +710,18 @@ proptest! {
             }
             prop_assert!(v.is_empty(), "after {:?}: {:?}", cmd, v);
         }
+        // The keys each command records are every key it wrote: copying just those from
+        // the state keeps a mirror equal to it (what incremental reads rely on).
+        let mut mirror = LedgerState::new();
+        let mut tracked = LedgerState::new();
+        for cmd in &cmds {
+            let mut changes = Changes::recording();
+            apply_recording(&mut tracked, cmd, &ApplyContext::IN_PROCESS, &mut changes);
+            for key in changes.into_keys() {
+                StateEntry::of(&tracked, &key).apply_to(&mut mirror);
+            }
+            prop_assert_eq!(&mirror, &tracked, "after {:?}", cmd);
+        }
         // Replaying the same log gives byte-identical state.
         let mut replay = LedgerState::new();
         for cmd in &cmds {
@@ -711,4 +729,251 @@ proptest! {
         }
         prop_assert_eq!(replay.to_canonical_bytes(), s.to_canonical_bytes());
     }
+}
+
+fn assign(shard: ShardId, owner: u64, epoch: Epoch, proposer: Option<LeaderTerm>) -> LedgerCommand {
+    LedgerCommand::AssignShard {
+        shard,
+        owner,
+        epoch,
+        proposer,
+    }
+}
+
+fn leader(replica: u64, term: u64) -> LeaderTerm {
+    LeaderTerm { replica, term }
+}
+
+/// The context of an entry appended by `by` while replicas 1, 2, 3, 10 and 20 are members.
+fn raft(by: LeaderTerm) -> ApplyContext {
+    ApplyContext::raft(by, [1, 2, 3, 10, 20])
+}
+
+#[test]
+fn a_deposed_leaders_assign_shard_is_refused() {
+    let mut s = ledger();
+    let before = s.clone();
+    // Replica 1 led in term 4 and proposed; by the time the entry was appended replica 2
+    // led in term 5 (the proposal was forwarded to it).
+    let r = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(1, 4))),
+        &raft(leader(2, 5)),
+    );
+    assert_eq!(
+        r,
+        LedgerResponse::Refused(Refusal::DeposedLeader {
+            shard: 1,
+            proposer: leader(1, 4),
+            appended_by: leader(2, 5),
+        })
+    );
+    assert_eq!(s, before);
+    // The same replica in a later term is another leader too.
+    let r = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(1, 4))),
+        &raft(leader(1, 6)),
+    );
+    assert!(
+        matches!(r.refusal(), Some(Refusal::DeposedLeader { .. })),
+        "{r:?}"
+    );
+    assert_eq!(s, before);
+    // The leader that appends its own proposal takes the shard.
+    let r = apply_with(
+        &mut s,
+        &assign(1, 2, 2, Some(leader(2, 5))),
+        &raft(leader(2, 5)),
+    );
+    assert_eq!(r, LedgerResponse::Applied);
+    assert_eq!(s.shards[&1], ShardAssignment { owner: 2, epoch: 2 });
+}
+
+/// The leader is killed after its AssignShard committed and before it heard so. Whoever
+/// retries (the same replica leading again, or the new leader), the shard stays owned:
+/// an identical assignment is a no-op that succeeds, a bump takes it over, and even a
+/// refused stale retry leaves the committed owner in place.
+#[test]
+fn a_retried_assign_shard_after_a_lost_answer_never_orphans_the_shard() {
+    let mut s = ledger();
+    let committed = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(1, 3))),
+        &raft(leader(1, 3)),
+    );
+    assert_eq!(committed, LedgerResponse::Applied);
+    let owned = ShardAssignment { owner: 1, epoch: 2 };
+    // The same replica, restarted and leading in term 5, proposes the same assignment.
+    let retry = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(1, 5))),
+        &raft(leader(1, 5)),
+    );
+    assert_eq!(retry, LedgerResponse::Applied);
+    assert_eq!(s.shards[&1], owned);
+    // Its old entry re-sent verbatim is refused (its term is gone), and changes nothing.
+    let stale = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(1, 3))),
+        &raft(leader(2, 4)),
+    );
+    assert!(
+        matches!(stale.refusal(), Some(Refusal::DeposedLeader { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(s.shards[&1], owned);
+    // The new leader retries the move it inherited: the same assignment, success.
+    let inherited = apply_with(
+        &mut s,
+        &assign(1, 1, 2, Some(leader(2, 4))),
+        &raft(leader(2, 4)),
+    );
+    assert_eq!(inherited, LedgerResponse::Applied);
+    assert_eq!(s.shards[&1], owned);
+    // In process (no terms) the identical retry is a success too.
+    assert_eq!(
+        apply(&mut s, &assign(1, 1, 2, None)),
+        LedgerResponse::Applied
+    );
+    // Another owner at the same epoch is still refused.
+    assert!(matches!(
+        apply(&mut s, &assign(1, 2, 2, None)).refusal(),
+        Some(Refusal::EpochNotIncreasing { .. })
+    ));
+    assert_eq!(s.shards[&1], owned);
+}
+
+#[test]
+fn epochs_that_leave_no_room_or_jump_too_far_are_refused() {
+    let mut s = ledger();
+    let before = s.clone();
+    for epoch in [u64::MAX, 1 + command::MAX_EPOCH_STEP + 1] {
+        let r = apply(&mut s, &assign(1, 10, epoch, None));
+        assert_eq!(
+            r,
+            LedgerResponse::Refused(Refusal::EpochOutOfRange {
+                shard: 1,
+                proposed: epoch,
+                current: 1,
+                max: 1 + command::MAX_EPOCH_STEP,
+            }),
+        );
+        assert_eq!(s, before);
+    }
+    let top = 1 + command::MAX_EPOCH_STEP;
+    assert_eq!(
+        apply(&mut s, &assign(1, 10, top, None)),
+        LedgerResponse::Applied
+    );
+    // Near the end of the space the last epoch is u64::MAX - 1: never u64::MAX.
+    s.shards.insert(
+        1,
+        ShardAssignment {
+            owner: 10,
+            epoch: u64::MAX - 2,
+        },
+    );
+    assert_eq!(
+        apply(&mut s, &assign(1, 10, u64::MAX - 1, None)),
+        LedgerResponse::Applied
+    );
+    assert!(matches!(
+        apply(&mut s, &assign(1, 10, u64::MAX, None)).refusal(),
+        Some(Refusal::EpochOutOfRange { max, .. }) if *max == u64::MAX - 1
+    ));
+}
+
+#[test]
+fn an_owner_that_is_not_a_raft_member_is_refused() {
+    let mut s = ledger();
+    let before = s.clone();
+    let r = apply_with(
+        &mut s,
+        &assign(1, 99, 2, Some(leader(1, 2))),
+        &raft(leader(1, 2)),
+    );
+    assert_eq!(
+        r,
+        LedgerResponse::Refused(Refusal::UnknownOwner {
+            shard: 1,
+            owner: 99,
+            members: vec![1, 2, 3, 10, 20],
+        })
+    );
+    assert!(
+        r.refusal()
+            .is_some_and(|r| r.to_string().contains("owner 99"))
+    );
+    assert_eq!(s, before);
+}
+
+#[test]
+fn the_ledger_clock_never_goes_back() {
+    let mut s = ledger();
+    apply(&mut s, &begin("t1", 1000));
+    assert_eq!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: 1500 }),
+        LedgerResponse::Expired {
+            aborted: vec!["t1".to_string()]
+        }
+    );
+    assert_eq!(s.clock_ms, 1500);
+    let before = s.clone();
+    assert_eq!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: 1499 }),
+        LedgerResponse::Refused(Refusal::ClockBehind {
+            proposed: 1499,
+            latest: 1500
+        })
+    );
+    assert_eq!(s, before);
+    // The same time again is not going back.
+    assert_eq!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: 1500 }),
+        LedgerResponse::Expired { aborted: vec![] }
+    );
+}
+
+#[test]
+fn the_ledger_clock_cannot_jump_more_than_an_hour_past_its_time_or_latest_deadline() {
+    let mut s = ledger();
+    // Before any time is known, any time is accepted.
+    assert!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: 10_000 })
+            .refusal()
+            .is_none()
+    );
+    let far = 10_000 + command::MAX_CLOCK_STEP_MS + 1;
+    let before = s.clone();
+    assert_eq!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: far }),
+        LedgerResponse::Refused(Refusal::ClockJump {
+            proposed: far,
+            anchor: 10_000,
+            max_step: command::MAX_CLOCK_STEP_MS,
+        })
+    );
+    assert_eq!(s, before);
+    // A transaction's deadline is a time the ledger knows: the bound counts from it.
+    apply(&mut s, &begin("t1", 20_000));
+    let ok = 20_000 + command::MAX_CLOCK_STEP_MS;
+    assert_eq!(
+        apply(&mut s, &LedgerCommand::ExpireAt { now_ms: ok }),
+        LedgerResponse::Expired {
+            aborted: vec!["t1".to_string()]
+        }
+    );
+    assert_eq!(s.clock_ms, ok);
+}
+
+#[test]
+fn entries_and_states_written_before_proposers_and_clocks_still_decode() {
+    let cmd: LedgerCommand =
+        serde_json::from_str(r#"{"AssignShard":{"shard":1,"owner":2,"epoch":3}}"#).unwrap();
+    assert_eq!(cmd, assign(1, 2, 3, None));
+    let mut old = serde_json::to_value(ledger()).unwrap();
+    old.as_object_mut().unwrap().remove("clock_ms");
+    let state: LedgerState = serde_json::from_value(old).unwrap();
+    assert_eq!(state, ledger());
 }

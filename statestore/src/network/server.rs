@@ -8,7 +8,8 @@ use openraft::BasicNode;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use phalanx_proto::ledger::ledger_service_server::LedgerService;
 use phalanx_proto::ledger::{
-    LeaderHint, ProposeReply, ProposeRequest, ReadReply, ReadRequest, propose_reply, read_reply,
+    ChangesReply, ChangesRequest, LeaderHint, ProposeReply, ProposeRequest, ReadReply, ReadRequest,
+    changes_reply, propose_reply, read_reply,
 };
 use phalanx_proto::raft::raft_service_server::RaftService;
 use phalanx_proto::raft::{RaftReply, RaftRequest};
@@ -182,6 +183,33 @@ impl LedgerService for LedgerGrpc {
             Err(e) => return Err(Status::unavailable(e.to_string())),
         };
         Ok(Response::new(ReadReply {
+            outcome: Some(outcome),
+        }))
+    }
+
+    async fn read_changes(
+        &self,
+        request: Request<ChangesRequest>,
+    ) -> Result<Response<ChangesReply>, Status> {
+        if self.isolated.load(Ordering::Relaxed) {
+            return Err(Status::unavailable("replica isolated"));
+        }
+        let query =
+            wire::ledger_changes::request_from_wire(request.get_ref()).map_err(bad_request)?;
+        let outcome = match self.raft.ensure_linearizable().await {
+            Ok(_) => {
+                let page = self.reader.read_with_journal(|state, applied, journal| {
+                    let applied = applied.map_or(0, |l| l.index);
+                    wire::ledger_changes::serve_page(state, applied, journal, &query)
+                });
+                changes_reply::Outcome::Page(page.map_err(encode_failed)?)
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                changes_reply::Outcome::Forward(hint(&f))
+            }
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        };
+        Ok(Response::new(ChangesReply {
             outcome: Some(outcome),
         }))
     }

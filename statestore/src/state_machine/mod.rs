@@ -20,10 +20,16 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{LedgerCommand, LedgerResponse, LedgerState, Refusal, apply};
+pub mod journal;
+
+use crate::ledger::{
+    ApplyContext, Changes, LeaderTerm, LedgerCommand, LedgerResponse, LedgerState, Refusal,
+    apply_recording,
+};
 use crate::raft_types::{
     BatchResponse, Entry, LogId, MAX_COMMANDS_PER_BATCH, NodeId, StorageError, TypeConfig,
 };
+pub use journal::ChangeJournal;
 
 const SNAPSHOT_META_KEY: &[u8] = b"snapshot/meta";
 const SNAPSHOT_DATA_KEY: &[u8] = b"snapshot/data";
@@ -39,6 +45,8 @@ pub struct SmState {
     pub last_applied: Option<LogId>,
     /// Last applied membership.
     pub last_membership: StoredMembership<NodeId, BasicNode>,
+    /// Keys changed per applied index (recent ones), for incremental reads.
+    pub journal: ChangeJournal,
     /// The latest snapshot (also in sled).
     current_snapshot: Option<StoredSnapshot>,
 }
@@ -59,11 +67,20 @@ pub struct LedgerReader {
 impl LedgerReader {
     /// Runs `f` on the applied ledger and the last applied log id.
     pub fn read<T>(&self, f: impl FnOnce(&LedgerState, Option<LogId>) -> T) -> T {
+        self.read_with_journal(|state, applied, _| f(state, applied))
+    }
+
+    /// Runs `f` on the applied ledger, the last applied log id and the change journal,
+    /// all as of the same moment.
+    pub fn read_with_journal<T>(
+        &self,
+        f: impl FnOnce(&LedgerState, Option<LogId>, &ChangeJournal) -> T,
+    ) -> T {
         let guard = self
             .shared
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&guard.ledger, guard.last_applied)
+        f(&guard.ledger, guard.last_applied, &guard.journal)
     }
 }
 
@@ -173,6 +190,8 @@ impl LedgerStateMachine {
             state.ledger = serde_json::from_slice(&snap.data).map_err(io::Error::other)?;
             state.last_applied = snap.meta.last_log_id;
             state.last_membership = snap.meta.last_membership.clone();
+            state.journal =
+                ChangeJournal::starting_at(snap.meta.last_log_id.map_or(0, |l| l.index));
             state.current_snapshot = Some(snap);
         }
         Ok(Self {
@@ -196,8 +215,14 @@ impl LedgerStateMachine {
     }
 }
 
-/// Applies one batch: each command in order; an oversized batch is refused whole.
-pub fn apply_batch(ledger: &mut LedgerState, commands: &[LedgerCommand]) -> BatchResponse {
+/// Applies one batch: each command in order, as the entry `ctx` describes, noting the keys
+/// written in `changes`; an oversized batch is refused whole.
+pub fn apply_batch(
+    ledger: &mut LedgerState,
+    commands: &[LedgerCommand],
+    ctx: &ApplyContext,
+    changes: &mut Changes,
+) -> BatchResponse {
     if commands.len() > MAX_COMMANDS_PER_BATCH {
         return BatchResponse {
             responses: vec![LedgerResponse::Refused(Refusal::TooLarge {
@@ -208,8 +233,24 @@ pub fn apply_batch(ledger: &mut LedgerState, commands: &[LedgerCommand]) -> Batc
         };
     }
     BatchResponse {
-        responses: commands.iter().map(|c| apply(ledger, c)).collect(),
+        responses: commands
+            .iter()
+            .map(|c| apply_recording(ledger, c, ctx, changes))
+            .collect(),
     }
+}
+
+/// What the log says about an entry: the leader that appended it (the leader id in its
+/// log id) and the members as of the membership applied before it. Both are the same on
+/// every replica, so `apply` stays deterministic.
+fn entry_context(log_id: &LogId, membership: &StoredMembership<NodeId, BasicNode>) -> ApplyContext {
+    ApplyContext::raft(
+        LeaderTerm {
+            replica: log_id.leader_id.node_id,
+            term: log_id.leader_id.term,
+        },
+        membership.nodes().map(|(id, _)| *id),
+    )
 }
 
 /// Builds snapshots from a shared state.
@@ -285,7 +326,13 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
             s.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Blank => BatchResponse::default(),
-                EntryPayload::Normal(batch) => apply_batch(&mut s.ledger, &batch.commands),
+                EntryPayload::Normal(batch) => {
+                    let ctx = entry_context(&entry.log_id, &s.last_membership);
+                    let mut changes = Changes::recording();
+                    let r = apply_batch(&mut s.ledger, &batch.commands, &ctx, &mut changes);
+                    s.journal.record(entry.log_id.index, changes.into_keys());
+                    r
+                }
                 EntryPayload::Membership(m) => {
                     s.last_membership = StoredMembership::new(Some(entry.log_id), m);
                     BatchResponse::default()
@@ -330,6 +377,9 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         s.ledger = ledger;
         s.last_applied = meta.last_log_id;
         s.last_membership = meta.last_membership.clone();
+        // The changes that led here are not in the snapshot: readers from before it
+        // read in full.
+        s.journal.reset(meta.last_log_id.map_or(0, |l| l.index));
         s.current_snapshot = Some(snap);
         Ok(())
     }
@@ -361,6 +411,84 @@ mod tests {
             },
             data: ledger.to_canonical_bytes(),
         }
+    }
+
+    fn entry(term: u64, leader: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, leader), index),
+            payload,
+        }
+    }
+
+    fn assign(owner: u64, epoch: u64, proposer: LeaderTerm) -> EntryPayload<TypeConfig> {
+        EntryPayload::Normal(crate::raft_types::LedgerBatch::one(
+            LedgerCommand::AssignShard {
+                shard: 0,
+                owner,
+                epoch,
+                proposer: Some(proposer),
+            },
+        ))
+    }
+
+    /// The state machine judges `AssignShard` by the leader id in each entry's log id and
+    /// the membership applied before it; it journals what changed, and an installed
+    /// snapshot starts the journal afresh at its index.
+    #[tokio::test]
+    async fn entries_are_judged_by_the_leader_that_appended_them_and_journaled_until_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = LedgerStateMachine::open(dir.path()).unwrap();
+        let members: std::collections::BTreeMap<u64, BasicNode> =
+            (1..=3).map(|id| (id, BasicNode::default())).collect();
+        let membership =
+            openraft::Membership::new(vec![members.keys().copied().collect()], members);
+        let deposed = LeaderTerm {
+            replica: 1,
+            term: 4,
+        };
+        let current = LeaderTerm {
+            replica: 2,
+            term: 5,
+        };
+        let responses = sm
+            .apply([
+                entry(4, 1, 1, EntryPayload::Membership(membership)),
+                entry(5, 2, 2, assign(1, 1, deposed)),
+                entry(5, 2, 3, assign(2, 1, current)),
+                entry(5, 2, 4, assign(9, 2, current)),
+            ])
+            .await
+            .unwrap();
+        let refusals: Vec<Option<&Refusal>> = responses
+            .iter()
+            .map(|r| r.responses.first().and_then(LedgerResponse::refusal))
+            .collect();
+        assert!(refusals[0].is_none());
+        assert!(
+            matches!(refusals[1], Some(Refusal::DeposedLeader { proposer, appended_by, .. })
+                if *proposer == deposed && *appended_by == current),
+            "{refusals:?}"
+        );
+        assert!(refusals[2].is_none(), "{refusals:?}");
+        assert!(
+            matches!(refusals[3], Some(Refusal::UnknownOwner { owner: 9, .. })),
+            "{refusals:?}"
+        );
+        let reader = sm.reader();
+        let changed = reader.read_with_journal(|_, _, j| {
+            j.changed_since(0, 4)
+                .map(|keys| keys.into_iter().cloned().collect::<Vec<_>>())
+        });
+        assert_eq!(changed, Some(vec![crate::ledger::StateKey::Shard(0)]));
+
+        let snapshot = snap(10, &reader.read(|s, _| s.clone()));
+        sm.install_snapshot(&snapshot.meta, Box::new(Cursor::new(snapshot.data.clone())))
+            .await
+            .unwrap();
+        let (floor, stale) =
+            reader.read_with_journal(|_, _, j| (j.floor(), j.changed_since(4, 10).is_none()));
+        assert_eq!(floor, 10);
+        assert!(stale, "a reader from before the snapshot must resync");
     }
 
     #[test]

@@ -87,6 +87,7 @@ impl World {
                 shard: s,
                 owner: u64::from(s) + 1,
                 epoch: 1,
+                proposer: None,
             });
             w.parts
                 .insert(s, Participant::new(s, 1, ParticipantConfig::default()));
@@ -329,6 +330,7 @@ impl World {
             shard: 0,
             owner: 9,
             epoch,
+            proposer: None,
         });
         self.coordinator(0);
         let txns = recovered_txns(&self.ledger, 0);
@@ -582,6 +584,7 @@ fn a_stale_epoch_participants_reserve_is_refused_and_the_gang_aborts() {
             shard: 2,
             owner: 7,
             epoch: 2,
+            proposer: None,
         });
         w.coordinator(0);
         w.start(0, 1, "ns/g", &[(1, 4), (2, 4)]);

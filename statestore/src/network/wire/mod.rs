@@ -5,6 +5,7 @@
 pub mod append_entries;
 pub mod install_snapshot;
 pub mod ledger_batch;
+pub mod ledger_changes;
 pub mod ledger_read;
 pub mod vote;
 
