@@ -236,6 +236,30 @@ fn a_coordinator_killed_after_the_commit_is_logged_has_its_gang_bound_by_others(
     assert_clean(&outcome, &mut ledger);
 }
 
+/// Regression: the binds the new owner made while recovering a committed transaction at
+/// the start of a round went to an output that was thrown away: the cycle statistics
+/// counted 0 of the gang's 3 pods and the lost-placement check never saw them.
+#[test]
+fn pods_bound_by_a_recovery_at_the_start_of_a_round_are_counted_and_checked() {
+    let mut index = 0;
+    let mut sim = cluster(
+        one_node_per_shard(3, 1),
+        vec![gang("wide", "default", 3, None, &mut index)],
+        &["default"],
+    );
+    let mut ledger = LocalLedger::new();
+    let outcome = run(
+        &mut sim,
+        &mut ledger,
+        options(3, 3, Some(TxnFault::CoordinatorAfterCommit)),
+        &[],
+    );
+    let text = outcome.shards.as_ref().expect("sharded").render();
+    assert!(all_bound(&sim), "{text}");
+    assert_eq!(outcome.total_binds(), 3, "every bind counted:\n{text}");
+    assert_clean(&outcome, &mut ledger);
+}
+
 #[test]
 fn a_participant_killed_on_its_prepare_delays_the_gang_but_nothing_leaks() {
     let mut index = 0;

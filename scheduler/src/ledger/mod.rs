@@ -15,6 +15,7 @@
 pub mod conformance;
 mod fault;
 mod local;
+mod proposal_split;
 mod raft;
 pub mod sharded;
 

@@ -22,7 +22,8 @@ fn simulated_time_config() -> ReplicaConfig {
     }
 }
 
-use super::{LedgerBackend, LedgerError, LedgerFault, chunks};
+use super::proposal_split::{gang_names, merge, split_for_ledger};
+use super::{LedgerBackend, LedgerError, LedgerFault};
 
 #[derive(Debug)]
 pub struct RaftLedger {
@@ -88,22 +89,29 @@ pub(crate) fn propose_through(
     commands: Vec<LedgerCommand>,
     stop_at_refusal: bool,
 ) -> Result<Vec<LedgerResponse>, LedgerError> {
-    let mut responses = Vec::with_capacity(commands.len());
-    for batch in chunks(&commands, MAX_COMMANDS_PER_BATCH) {
+    let count = commands.len();
+    // Within the entry's command and byte limits (a large plan is cut, never refused
+    // whole); one response per command comes back.
+    let mut answered = Vec::with_capacity(count);
+    for batch in split_for_ledger(commands, MAX_COMMANDS_PER_BATCH)? {
+        let (indices, commands): (Vec<(usize, Vec<String>)>, Vec<LedgerCommand>) = batch
+            .into_iter()
+            .map(|p| ((p.index, gang_names(&p.command)), p.command))
+            .unzip();
         let committed = handle
-            .block_on(client.propose(&LedgerBatch { commands: batch }))
+            .block_on(client.propose(&LedgerBatch { commands }))
             .map_err(|e| match e {
                 ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
                 other => LedgerError::Unavailable(other.to_string()),
             })?;
-        for r in committed.responses {
+        for ((index, gangs), r) in indices.into_iter().zip(committed.responses) {
             if let (true, LedgerResponse::Refused(reason)) = (stop_at_refusal, &r) {
                 return Err(LedgerError::Refused(reason.clone()));
             }
-            responses.push(r);
+            answered.push((index, gangs, r));
         }
     }
-    Ok(responses)
+    Ok(merge(count, answered))
 }
 
 /// A linearizable read of the whole ledger state through `client`: `mirror` fetches what

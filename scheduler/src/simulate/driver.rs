@@ -19,6 +19,7 @@ use crate::ledger::{
     LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger, held_by,
 };
 use crate::model::{ObjectKey, TimeMs};
+use crate::simulate::quorum::{DEFAULT_QUORUM_WAIT_MS, QuorumWatch};
 use crate::simulate::sharded::{ShardOptions, ShardReport, ShardRuntime};
 
 #[derive(Clone, Debug)]
@@ -50,6 +51,10 @@ pub struct DriverOptions {
     /// the ledger's election overlapping the shard lease. For benchmarks; tests keep
     /// simulated time.
     pub pace_wall_clock: bool,
+    /// With a majority of the ledger's replicas down (killed or cut off), how long
+    /// (simulated) the run waits for a scheduled `restart`/`heal` to bring the quorum back
+    /// before it stops with an error naming what was lost.
+    pub quorum_wait_ms: TimeMs,
 }
 
 impl Default for DriverOptions {
@@ -66,6 +71,7 @@ impl Default for DriverOptions {
             faults: Vec::new(),
             sharding: None,
             pace_wall_clock: false,
+            quorum_wait_ms: DEFAULT_QUORUM_WAIT_MS,
         }
     }
 }
@@ -107,6 +113,9 @@ pub struct RunOutcome {
     pub faults: Vec<FaultRecord>,
     /// With shards: moves, transactions, checks.
     pub shards: Option<ShardReport>,
+    /// Each time the ledger lost its quorum and the run waited for a scheduled fault to
+    /// bring it back.
+    pub quorum_waits: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -187,11 +196,21 @@ pub fn drive_with(
     let mut awaiting_recovery: Vec<(usize, Instant)> = Vec::new();
     let mut in_doubt: Vec<(u32, GangPlacement)> = Vec::new();
     let (run_started, sim_started_ms) = (Instant::now(), sim.now_ms());
+    let mut quorum = QuorumWatch::new(ledger.replicas());
+    // Pods that finished while the ledger had no quorum: released once it is back.
+    let mut finished_without_quorum: Vec<ObjectKey> = Vec::new();
     loop {
-        if !in_doubt.is_empty() {
+        if !in_doubt.is_empty() && !quorum.lost() {
             reconcile_in_doubt(sim, ledger, &mut in_doubt, outcome.cycles, &mut outcome);
         }
         while let Some(f) = faults.next_if(|f| f.at_ms <= sim.now_ms()) {
+            let leader = match f.fault {
+                crate::ledger::LedgerFault::KillLeader if ledger.replicas() >= 2 => {
+                    ledger.leader().ok().flatten()
+                }
+                _ => None,
+            };
+            quorum.record(&f.fault, &fault_name(f), leader);
             let what = match sharded.as_mut() {
                 Some(rt) => rt.inject(&f.fault, ledger, sim.now_ms()),
                 None => match ledger.inject(&f.fault) {
@@ -205,6 +224,38 @@ pub fn drive_with(
                 what,
                 recovered_after: None,
             });
+        }
+        if quorum.lost() {
+            let upcoming: Vec<&ScheduledFault> = faults.clone().collect();
+            match quorum_wait(&quorum, &upcoming, sim.now_ms(), opts) {
+                Ok(back_at) => {
+                    outcome.quorum_waits.push(format!(
+                        "no ledger quorum from {:.1}s to {:.1}s ({}): nothing was committed, simulated time skipped to the fault that brings it back",
+                        sim.now_ms() as f64 / 1000.0,
+                        back_at as f64 / 1000.0,
+                        quorum.describe(),
+                    ));
+                    finished_without_quorum.extend(sim.advance_to(back_at));
+                    continue;
+                }
+                Err(why) => {
+                    outcome.ledger_errors.push(why);
+                    break;
+                }
+            }
+        }
+        if !finished_without_quorum.is_empty() {
+            let done = std::mem::take(&mut finished_without_quorum);
+            match sharded.as_mut() {
+                Some(rt) => rt.release(ledger, &done, ReleaseReason::Finished),
+                None => {
+                    if let Err(e) = ledger.release(&done, ReleaseReason::Finished) {
+                        outcome.ledger_errors.push(format!(
+                            "releasing pods that finished while the ledger had no quorum: {e}"
+                        ));
+                    }
+                }
+            }
         }
         if let Some(n) = opts.exact_cycles {
             if outcome.cycles >= n {
@@ -282,7 +333,7 @@ pub fn drive_with(
             duration,
             commit,
             binds: performed.bind_count(),
-            refused_gangs: plan.gangs.len() - performed.gangs.len(),
+            refused_gangs: not_performed(&plan, &performed),
             evictions: plan.evictions.len(),
             phase_changes,
             finished_pods: finished.len(),
@@ -353,6 +404,50 @@ pub fn drive_with(
     }
     outcome.shards = sharded.map(|rt| rt.report);
     outcome
+}
+
+/// `kill:replica-2@10.0s`: a fault as the messages name it.
+fn fault_name(f: &ScheduledFault) -> String {
+    format!("{}@{:.1}s", f.fault, f.at_ms as f64 / 1000.0)
+}
+
+/// With the ledger's quorum lost at `now`: the time of the first upcoming fault that brings
+/// it back, when that is within `opts.quorum_wait_ms`; otherwise the error that stops the
+/// run, naming what was lost.
+fn quorum_wait(
+    quorum: &QuorumWatch,
+    upcoming: &[&ScheduledFault],
+    now: TimeMs,
+    opts: &DriverOptions,
+) -> Result<TimeMs, String> {
+    let lost = format!(
+        "the ledger lost its quorum at {:.1}s: {}",
+        now as f64 / 1000.0,
+        quorum.describe()
+    );
+    match quorum.restored_by(upcoming.iter().copied()) {
+        Some(f) if f.at_ms.saturating_sub(now) <= opts.quorum_wait_ms => Ok(f.at_ms),
+        Some(f) => Err(format!(
+            "{lost}; {} would bring it back, after more than the {:.0} s a run waits: the run stops",
+            fault_name(f),
+            opts.quorum_wait_ms as f64 / 1000.0
+        )),
+        None => Err(format!(
+            "{lost}; no restart or heal is scheduled to bring it back: the run stops"
+        )),
+    }
+}
+
+/// Gangs of `plan` that `performed` does not hold (refused by the ledger, or not bound).
+/// `performed` may hold gangs that are not in `plan` (the sharded runtime's recovered and
+/// retried commits), so this is not a difference of lengths.
+fn not_performed(plan: &CyclePlan, performed: &CyclePlan) -> usize {
+    let done: std::collections::HashSet<&ObjectKey> =
+        performed.gangs.iter().map(|g| &g.gang).collect();
+    plan.gangs
+        .iter()
+        .filter(|g| !done.contains(&g.gang))
+        .count()
 }
 
 fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
@@ -579,9 +674,10 @@ pub fn check_against_ledger(
     check_against_ledger_with(sim, ledger, in_doubt, None)
 }
 
-/// [`check_against_ledger`] for a sharded run too: reservations of open transactions and
-/// commits whose binding waits for their shard's owner are not judged as lost, and the
-/// runtime adds "no leaked reservation".
+/// [`check_against_ledger`] for a sharded run too: reservations of open transactions,
+/// commits whose binding waits for their shard's owner and placements whose release waits
+/// for it are not judged as lost (`ShardRuntime::unsettled_pods`), and the runtime adds
+/// "no leaked reservation".
 fn check_against_ledger_with(
     sim: &SimCluster,
     ledger: &mut dyn PlacementLedger,
@@ -603,7 +699,7 @@ fn check_against_ledger_with(
     };
     let mut out: Vec<Violation> = match sharded {
         Some(rt) => {
-            doubtful.extend(rt.unbound_pods(&state));
+            doubtful.extend(rt.unsettled_pods(&state));
             rt.check_state(&state)
         }
         None => check_ledger(&state)

@@ -111,6 +111,9 @@ pub fn run(
     for f in &outcome.faults {
         let _ = writeln!(out, "{f}");
     }
+    for w in &outcome.quorum_waits {
+        let _ = writeln!(out, "{w}");
+    }
     if let Some(shards) = &outcome.shards {
         out.push_str(&shards.render());
     }

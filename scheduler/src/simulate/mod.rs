@@ -7,6 +7,8 @@ pub mod expect;
 pub mod fairness;
 pub mod generated;
 pub mod pool_pick;
+pub mod quorum;
+pub mod release_queue;
 pub mod scenario;
 pub mod sharded;
 pub mod synthetic;

@@ -189,6 +189,9 @@ pub fn render(report: &ScenarioReport) -> String {
     for f in &report.outcome.faults {
         let _ = writeln!(out, "{f}");
     }
+    for w in &report.outcome.quorum_waits {
+        let _ = writeln!(out, "{w}");
+    }
     if let Some(shards) = &report.outcome.shards {
         out.push_str(&shards.render());
     }

@@ -66,6 +66,7 @@ use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
 use crate::simulate::pool_pick::PoolView;
+use crate::simulate::release_queue::{ReleaseQueue, ReleaseWait};
 
 /// Most messages and proposals one pump may handle (a bound on a round's work).
 const MAX_PUMP_STEPS: usize = 1_000_000;
@@ -311,12 +312,6 @@ pub struct RoundPlans {
     pub pending: Vec<(ObjectKey, String)>,
 }
 
-/// What a round's writes produced, for the driver.
-#[derive(Default)]
-struct TurnOutput {
-    bound: Vec<GangPlacement>,
-}
-
 /// The replicas, their shards and their 2PC machines.
 #[derive(Debug)]
 pub struct ShardRuntime {
@@ -336,8 +331,13 @@ pub struct ShardRuntime {
     dirty: bool,
     /// Gangs not to plan again this round (open transaction or placement not yet bound).
     held: HashSet<String>,
-    /// Pods whose release waits for their shard's owner.
-    pending_release: Vec<(ObjectKey, ReleaseReason)>,
+    /// Releases not recorded yet (their shard's owner is down, or the ledger did not
+    /// answer), retried every round.
+    pending_release: ReleaseQueue,
+    /// Gangs bound since the last [`ShardRuntime::perform`] returned, as bound (pods and
+    /// nodes): a round's turns, and what the start of the round bound (recovery of a
+    /// committed transaction, the retry of unbound commits).
+    bound: Vec<GangPlacement>,
     /// The shard of each pod phalanx placed or found running (= its node's shard).
     pod_shard: BTreeMap<String, ShardId>,
     fired: bool,
@@ -396,7 +396,8 @@ impl ShardRuntime {
             started: BTreeMap::new(),
             dirty: false,
             held: HashSet::new(),
-            pending_release: Vec::new(),
+            pending_release: ReleaseQueue::default(),
+            bound: Vec::new(),
             pod_shard: BTreeMap::new(),
             fired: false,
             violations: Vec::new(),
@@ -670,14 +671,13 @@ impl ShardRuntime {
                 );
             }
         }
-        let mut out = TurnOutput::default();
-        self.pump(sim, ledger, mail, &mut out, errors);
+        self.pump(sim, ledger, mail, errors);
         self.retry_releases(ledger, errors);
         if self.dirty || !self.open.is_empty() {
             self.retry_unbound(sim, ledger, errors);
             let recovery = std::mem::take(&mut self.recovery);
             if !recovery.is_empty() {
-                self.pump(sim, ledger, recovery, &mut out, errors);
+                self.pump(sim, ledger, recovery, errors);
             }
         } else {
             self.held.clear();
@@ -871,7 +871,6 @@ impl ShardRuntime {
         sim: &mut SimCluster,
         ledger: &mut dyn PlacementLedger,
         mut work: VecDeque<Work>,
-        out: &mut TurnOutput,
         errors: &mut Vec<String>,
     ) {
         let now = sim.now_ms();
@@ -954,7 +953,7 @@ impl ShardRuntime {
                     {
                         continue;
                     }
-                    self.coord_command(sim, ledger, from, shard, epoch, cmd, &mut work, out);
+                    self.coord_command(sim, ledger, from, shard, epoch, cmd, &mut work);
                 }
                 Work::FromPart {
                     from,
@@ -1047,7 +1046,6 @@ impl ShardRuntime {
         epoch: Epoch,
         cmd: CoordCommand,
         work: &mut VecDeque<Work>,
-        out: &mut TurnOutput,
     ) {
         let now = sim.now_ms();
         match cmd {
@@ -1143,18 +1141,13 @@ impl ShardRuntime {
                     .iter()
                     .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
                     .collect();
-                self.bind_pods(sim, ledger, &pods);
-                if let Some(mut g) = self.started.remove(&txn) {
-                    // The participants picked the nodes: the plan's nodes were hints.
-                    let node_of: BTreeMap<String, &String> =
-                        pods.iter().map(|(p, n)| (p.to_string(), n)).collect();
-                    for p in &mut g.placements {
-                        if let Some(n) = node_of.get(&p.pod.to_string()) {
-                            p.node = (*n).clone();
-                        }
-                    }
-                    out.bound.push(g);
-                }
+                // The participants picked the nodes (the plan's were hints): the pods are
+                // bound and recorded where the replies placed them.
+                let gang = match self.started.remove(&txn) {
+                    Some(g) => g.gang,
+                    None => ObjectKey::parse(crate::coord::gang_of(&txn).unwrap_or(&txn)),
+                };
+                self.bind_pods(sim, ledger, &gang, &pods);
             }
             CoordCommand::Report {
                 txn,
@@ -1286,60 +1279,93 @@ impl ShardRuntime {
         self.report.replica_events.push(format!("{line} ({why})"));
     }
 
-    /// Binds pods (idempotent: a pod already on its node is done), then each pod's shard
-    /// owner records `MarkBound` at its epoch; an owner that is down leaves it to the retry.
+    /// Binds `gang`'s pods (idempotent: a pod already on its node is done), records the
+    /// pods this call bound in [`Self::bound`] (every bind is counted and checked), then
+    /// each pod's shard owner records `MarkBound` at its epoch; an owner that is down
+    /// leaves it to the retry. A pod that cannot be bound has its placement released.
     fn bind_pods(
         &mut self,
         sim: &mut SimCluster,
         ledger: &mut dyn PlacementLedger,
+        gang: &ObjectKey,
         pods: &[(ObjectKey, String)],
     ) {
         let mut by_shard: BTreeMap<ShardId, Vec<ObjectKey>> = BTreeMap::new();
         let mut failed = Vec::new();
+        let mut fresh = Vec::new();
         for (pod, node) in pods {
             let shard = self.node_shard.get(node).copied().unwrap_or_default();
-            let on = sim.pod(pod).map(|p| p.node_name.clone());
-            let ok = match on {
-                Some(None) => sim.bind(pod, node).is_ok(),
+            self.pod_shard.insert(pod.to_string(), shard);
+            let ok = match sim.pod(pod).map(|p| p.node_name.clone()) {
+                Some(None) => {
+                    let bound = sim.bind(pod, node).is_ok();
+                    if bound {
+                        fresh.push(crate::framework::Placement {
+                            pod: pod.clone(),
+                            node: node.clone(),
+                            resources: sim.pod(pod).map(|p| p.requests.clone()).unwrap_or_default(),
+                        });
+                    }
+                    bound
+                }
                 Some(Some(n)) => &n == node,
                 None => false,
             };
             if ok {
-                let now = sim.now_ms();
-                for f in &mut self.report.failovers {
-                    if f.recovered_sim_ms.is_none() && f.shards.contains(&shard) {
-                        f.recovered_sim_ms = Some(now.saturating_sub(f.at_ms));
-                        f.recovered_wall_ms = Some(f.started.elapsed().as_secs_f64() * 1000.0);
-                    }
-                }
+                self.failover_recovered(shard, sim.now_ms());
                 by_shard.entry(shard).or_default().push(pod.clone());
             } else {
-                failed.push((pod.clone(), ReleaseReason::BindFailed));
-                self.pod_shard.insert(pod.to_string(), shard);
+                failed.push(pod.clone());
             }
+        }
+        if !fresh.is_empty() {
+            self.bound.push(GangPlacement {
+                gang: gang.clone(),
+                placements: fresh,
+            });
         }
         for (shard, pods) in by_shard {
-            for p in &pods {
-                self.pod_shard.insert(p.to_string(), shard);
-            }
-            let Some((owner, epoch)) = self.owners.get(&shard).copied() else {
-                continue;
-            };
-            if self
-                .replicas
-                .get(&owner)
-                .is_none_or(|r| r.health != Health::Up)
-            {
-                self.dirty = true;
-                continue;
-            }
-            let cmds = mark_bound_at(Fence { shard, epoch }, &pods);
-            match self.propose(ledger, Some(owner), cmds) {
-                Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
-                _ => self.dirty = true,
+            self.mark_bound_by_owner(ledger, shard, &pods);
+        }
+        if !failed.is_empty() {
+            self.release(ledger, &failed, ReleaseReason::BindFailed);
+        }
+    }
+
+    /// A bind on a node of `shard`: the failovers that lost it are over.
+    fn failover_recovered(&mut self, shard: ShardId, now: TimeMs) {
+        for f in &mut self.report.failovers {
+            if f.recovered_sim_ms.is_none() && f.shards.contains(&shard) {
+                f.recovered_sim_ms = Some(now.saturating_sub(f.at_ms));
+                f.recovered_wall_ms = Some(f.started.elapsed().as_secs_f64() * 1000.0);
             }
         }
-        self.pending_release.extend(failed);
+    }
+
+    /// `shard`'s running owner records `pods` bound at its epoch; when it is down or the
+    /// ledger does not take it, the retry of unbound commits does it later.
+    fn mark_bound_by_owner(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        shard: ShardId,
+        pods: &[ObjectKey],
+    ) {
+        let Some((owner, epoch)) = self.owners.get(&shard).copied() else {
+            return;
+        };
+        if self
+            .replicas
+            .get(&owner)
+            .is_none_or(|r| r.health != Health::Up)
+        {
+            self.dirty = true;
+            return;
+        }
+        let cmds = mark_bound_at(Fence { shard, epoch }, pods);
+        match self.propose(ledger, Some(owner), cmds) {
+            Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
+            _ => self.dirty = true,
+        }
     }
 
     /// Releases placements of pods that finished, were evicted or failed to bind: each by
@@ -1358,34 +1384,50 @@ impl ShardRuntime {
             }
         }
         for (shard, pods) in by_shard {
-            let owner = self.owners.get(&shard).copied();
-            let done = match owner {
-                Some((o, epoch))
-                    if self
-                        .replicas
-                        .get(&o)
-                        .is_some_and(|r| r.health == Health::Up) =>
-                {
-                    let cmds = release_at(Fence { shard, epoch }, &pods, reason);
-                    matches!(self.propose(ledger, Some(o), cmds), Ok(r) if r.iter().all(|r| r.refusal().is_none()))
+            match self.release_by_owner(ledger, shard, &pods, reason) {
+                None => {
+                    for p in &pods {
+                        self.pod_shard.remove(&p.to_string());
+                    }
                 }
-                _ => false,
-            };
-            if done {
-                for p in &pods {
-                    self.pod_shard.remove(&p.to_string());
+                Some(wait) => {
+                    for p in pods {
+                        self.pending_release.push(p, reason, wait.clone());
+                    }
                 }
-            } else {
-                self.pending_release
-                    .extend(pods.into_iter().map(|p| (p, reason)));
             }
         }
     }
 
+    /// `shard`'s running owner releases `pods` at its epoch; `None` when recorded, else
+    /// why it must wait.
+    fn release_by_owner(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        shard: ShardId,
+        pods: &[ObjectKey],
+        reason: ReleaseReason,
+    ) -> Option<ReleaseWait> {
+        let running =
+            |rt: &Self, o: &ReplicaId| rt.replicas.get(o).is_some_and(|r| r.health == Health::Up);
+        let (owner, epoch) = match self.owners.get(&shard).copied() {
+            Some((o, e)) if running(self, &o) => (o, e),
+            _ => return Some(ReleaseWait::Owner),
+        };
+        let cmds = release_at(Fence { shard, epoch }, pods, reason);
+        match self.propose(ledger, Some(owner), cmds) {
+            Ok(responses) => responses
+                .iter()
+                .find_map(LedgerResponse::refusal)
+                .map(|r| ReleaseWait::Refused(format!("shard {shard}: {r}"))),
+            Err(e) => Some(ReleaseWait::Ledger(e.to_string())),
+        }
+    }
+
     fn retry_releases(&mut self, ledger: &mut dyn PlacementLedger, _errors: &mut Vec<String>) {
-        let pending = std::mem::take(&mut self.pending_release);
+        let pending = self.pending_release.take();
         let mut by_reason: BTreeMap<String, (ReleaseReason, Vec<ObjectKey>)> = BTreeMap::new();
-        for (pod, reason) in pending {
+        for crate::simulate::release_queue::QueuedRelease { pod, reason, .. } in pending {
             by_reason
                 .entry(format!("{reason:?}"))
                 .or_insert_with(|| (reason, Vec::new()))
@@ -1484,7 +1526,7 @@ impl ShardRuntime {
                 continue;
             }
             let pods: Vec<(ObjectKey, String)> = pods.into_iter().map(|(p, n, _)| (p, n)).collect();
-            self.bind_pods(sim, ledger, &pods);
+            self.bind_pods(sim, ledger, &ObjectKey::parse(&gang), &pods);
             held.remove(&gang);
         }
         self.held = held;
@@ -1693,8 +1735,7 @@ impl ShardRuntime {
                                         .iter()
                                         .map(|p| (p.pod.clone(), p.node.clone()))
                                         .collect();
-                                    self.bind_pods(sim, ledger, &pods);
-                                    performed.gangs.push(gang.clone());
+                                    self.bind_pods(sim, ledger, &gang.gang, &pods);
                                 }
                                 Verdict::Refused(why) | Verdict::InDoubt(why) => outcome
                                     .ledger_refusals
@@ -1755,9 +1796,10 @@ impl ShardRuntime {
         }
         // The replicas' cross-shard transactions run at the same time: their messages are
         // interleaved in one pump, first come first served.
-        let mut out = TurnOutput::default();
-        self.pump(sim, ledger, work, &mut out, &mut outcome.ledger_errors);
-        performed.gangs.extend(out.bound);
+        self.pump(sim, ledger, work, &mut outcome.ledger_errors);
+        // Every gang bound since the last round's turns: this round's turns and what the
+        // start of the round bound (recovered commits, the retry of unbound commits).
+        performed.gangs.extend(std::mem::take(&mut self.bound));
         for id in &order {
             if self.replicas[id].health == Health::Up {
                 // After its writes, a replica that acted on a stale view has caught up.
@@ -1807,16 +1849,20 @@ impl ShardRuntime {
         performed
     }
 
-    /// Pods the ledger may hold without the cluster having them bound yet: reservations of
-    /// open transactions and commits not yet bound (their owner is down, or they are bound
-    /// in the next round's retry).
-    pub fn unbound_pods(&self, state: &LedgerState) -> HashSet<String> {
-        state
+    /// Pods the ledger may hold without the cluster running them on that node, for now:
+    /// reservations of open transactions, commits not yet bound (their owner is down, or
+    /// they are bound in the next round's retry), and pods gone from the cluster whose
+    /// release waits for their shard's owner or for the ledger's answer (see
+    /// [`crate::simulate::release_queue`]). A release the ledger refused is not among them.
+    pub fn unsettled_pods(&self, state: &LedgerState) -> HashSet<String> {
+        let mut pods: HashSet<String> = state
             .placements
             .iter()
             .filter(|(_, p)| p.state != PlacementState::Bound)
             .map(|(k, _)| k.clone())
-            .collect()
+            .collect();
+        pods.extend(self.pending_release.waiting_pods());
+        pods
     }
 
     /// The ledger's own checks and "no leaked reservation", counted in the report.
