@@ -12,7 +12,9 @@ use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
 use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
 use phalanx_scheduler::simulate::sharded::{ShardOptions, sharding_for};
-use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
+use phalanx_scheduler::simulate::synthetic::{
+    SyntheticSpec, check_generated_bounds, parse_pod_seconds,
+};
 use phalanx_scheduler::simulate::{demo, generated};
 
 #[derive(Parser, Debug)]
@@ -175,6 +177,10 @@ fn main() -> ExitCode {
 
 fn serve(args: ServeArgs) -> ExitCode {
     use phalanx_scheduler::serve::{ServeOptions, parse_peers, run};
+    if let Err(e) = check_serve_bounds(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let peers = match parse_peers(&args.peers) {
         Ok(p) => p,
         Err(e) => {
@@ -223,10 +229,6 @@ fn serve(args: ServeArgs) -> ExitCode {
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
         install_crds: args.install_crds,
     };
-    if opts.id == 0 {
-        eprintln!("error: --id 0: replica ids start at 1");
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -249,7 +251,60 @@ fn crds() -> ExitCode {
     }
 }
 
+/// Longest cycle period (`--period-ms`, simulate and serve): an hour.
+const MAX_PERIOD_MS: u64 = 3_600_000;
+
+/// The numeric flags of `simulate` within their bounds (docs/security.md, "Input bounds").
+fn check_simulate_bounds(args: &SimulateArgs) -> Result<(), String> {
+    if !(1..=MAX_PERIOD_MS).contains(&args.period_ms) {
+        return Err(format!(
+            "--period-ms {}: must be 1 to {MAX_PERIOD_MS}",
+            args.period_ms
+        ));
+    }
+    if let Some(queues) = &args.queues {
+        fairness::parse_queues(queues).map_err(|e| format!("--queues: {e}"))?;
+    }
+    match args.nodes {
+        Some(nodes) => check_generated_bounds(nodes, args.jobs, args.gpus_per_node),
+        None => Ok(()),
+    }
+}
+
+/// The numeric flags of `serve` within their bounds.
+fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
+    if args.id == 0 {
+        return Err("--id 0: replica ids start at 1".into());
+    }
+    if !(1..=MAX_PERIOD_MS).contains(&args.period_ms) {
+        return Err(format!(
+            "--period-ms {}: must be 1 to {MAX_PERIOD_MS}",
+            args.period_ms
+        ));
+    }
+    if !(args.kube_qps.is_finite() && args.kube_qps >= 0.0) {
+        return Err(format!(
+            "--kube-qps {}: must be a number >= 0 (0 = no limit)",
+            args.kube_qps
+        ));
+    }
+    if !(1..=MAX_SYNC_TIMEOUT_S).contains(&args.sync_timeout_s) {
+        return Err(format!(
+            "--sync-timeout-s {}: must be 1 to {MAX_SYNC_TIMEOUT_S}",
+            args.sync_timeout_s
+        ));
+    }
+    Ok(())
+}
+
+/// Longest wait for the watch caches (`--sync-timeout-s`): a day.
+const MAX_SYNC_TIMEOUT_S: u64 = 86_400;
+
 fn simulate(args: SimulateArgs) -> ExitCode {
+    if let Err(e) = check_simulate_bounds(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     if !(1..=MAX_SHARDS).contains(&args.shards) {
         eprintln!("error: --shards {}: must be 1 to {MAX_SHARDS}", args.shards);
         return ExitCode::from(EXIT_BAD_INPUT);
@@ -318,18 +373,10 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
             spec.scheduler_name = args.scheduler_name.clone();
             if let Some(range) = &args.pod_seconds {
-                let parsed = range
-                    .split_once('-')
-                    .and_then(|(a, b)| {
-                        Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?))
-                    })
-                    .filter(|(a, b)| a <= b);
-                match parsed {
-                    Some((lo, hi)) => spec.duration_ms = Some((lo * 1000, hi * 1000)),
-                    None => {
-                        eprintln!(
-                            "error: --pod-seconds {range:?}: expected MIN-MAX in seconds, e.g. 60-600"
-                        );
+                match parse_pod_seconds(range) {
+                    Ok(ms) => spec.duration_ms = Some(ms),
+                    Err(e) => {
+                        eprintln!("error: {e}");
                         return ExitCode::from(EXIT_BAD_INPUT);
                     }
                 }
@@ -392,7 +439,13 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
         shard_lease_ms: args.shard_lease_ms,
         home_pool: args.home_pool.parse().unwrap_or_default(),
     };
-    let report = run_workload(&path.display().to_string(), workload, &opts);
+    let mut report = run_workload(&path.display().to_string(), workload, &opts);
+    // Warnings go to stderr, so stdout is the report alone.
+    let warnings = std::mem::take(&mut report.warnings);
+    let run_warnings = std::mem::take(&mut report.outcome.warnings);
+    for w in warnings.iter().chain(&run_warnings) {
+        eprintln!("warning: {w}");
+    }
     print!("{}", render(&report));
     if let Some(key) = &args.explain {
         println!();
