@@ -8,10 +8,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::convert::parse_sim_duration_ms;
 use super::error::{FieldError, ManifestError, Problem};
 use super::load::{Loader, Origin};
 use super::workload::Workload;
-use crate::model::{ObjectKey, ResourceName, Resources};
+use crate::framework::timeout::TimeoutAction;
+use crate::model::{
+    ObjectKey, ResourceName, Resources, SCHEDULE_TIMEOUT_ANNOTATION, SIM_CREATED_AT_ANNOTATION,
+    TIMEOUT_ACTION_ANNOTATION,
+};
 
 /// Errors when a total of node allocatable or of pod requests passes `i64::MAX`.
 pub(crate) fn check_sums_fit(loader: &Loader<'_>) -> Result<(), ManifestError> {
@@ -329,4 +334,31 @@ pub(crate) fn check_pods_per_gang(loader: &Loader<'_>) -> Result<(), ManifestErr
         }
     }
     Ok(())
+}
+
+/// A warning for each timeout annotation the scheduler cannot read (it ignores them and
+/// the configured default applies, which a user would not guess from `1.5h`).
+pub(crate) fn timeout_annotation_warnings(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for key in [SCHEDULE_TIMEOUT_ANNOTATION, SIM_CREATED_AT_ANNOTATION] {
+        if let Some(text) = annotations.get(key)
+            && parse_sim_duration_ms(text).is_none()
+        {
+            warnings.push(format!(
+                "annotation {key}: {} is not a duration phalanx reads here (whole numbers \
+                 with h, m, s or ms, e.g. 1h30m); it is ignored and the default applies",
+                quoted(text)
+            ));
+        }
+    }
+    if let Some(text) = annotations.get(TIMEOUT_ACTION_ANNOTATION)
+        && TimeoutAction::parse(text).is_none()
+    {
+        warnings.push(format!(
+            "annotation {TIMEOUT_ACTION_ANNOTATION}: {} is not retry or stop; it is ignored \
+             and the default applies",
+            quoted(text)
+        ));
+    }
+    warnings
 }

@@ -222,3 +222,20 @@ fn min_member_of_two_to_the_31_minus_one_is_refused() {
         &["PodGroup default/max", "spec.minMember", "2147483647"],
     );
 }
+
+#[test]
+fn a_timeout_annotation_the_scheduler_cannot_read_is_warned_about() {
+    let text = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata:\n  name: t\n  annotations: {phalanx.dev/schedule-timeout: 1.5h, phalanx.dev/timeout-action: halt}\nspec: {minMember: 1}\n";
+    let w = load(text).expect("loads");
+    let about = |needle: &str| w.warnings.iter().any(|m| m.contains(needle));
+    assert!(
+        about("phalanx.dev/schedule-timeout: \"1.5h\" is not a duration"),
+        "{:?}",
+        w.warnings
+    );
+    assert!(
+        about("phalanx.dev/timeout-action: \"halt\""),
+        "{:?}",
+        w.warnings
+    );
+}

@@ -331,6 +331,7 @@ impl<'o> Loader<'o> {
             pg.key.to_string(),
             format!("PodGroup {}", pg.key),
         )?;
+        warnings.extend(checks::timeout_annotation_warnings(&pg.annotations));
         warnings.iter().for_each(|w| self.warn(ctx, w));
         self.out.pod_groups.push(pg);
         Ok(())
