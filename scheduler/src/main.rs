@@ -66,7 +66,7 @@ struct ServeArgs {
     /// Place pods whose spec.schedulerName is this.
     #[arg(long, default_value = "phalanx")]
     scheduler_name: String,
-    /// Time between scheduling cycles, in milliseconds.
+    /// Time between scheduling cycles, in milliseconds (1 to 3600000).
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
     /// API server writes per second (binds, status, events, evictions); 0 = no limit.
@@ -78,7 +78,7 @@ struct ServeArgs {
     /// A volcano-scheduler.conf (actions and plugin tiers); Volcano's default without it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Seconds to wait for the watch caches to sync at start.
+    /// Seconds to wait for the watch caches to sync at start (1 to 86400).
     #[arg(long, default_value_t = 60)]
     sync_timeout_s: u64,
     /// Create the PodGroup and Queue CRDs (as `phalanx crds` prints them) where they are
@@ -121,15 +121,16 @@ struct SimulateArgs {
     /// Treat unknown actions and plugins in volcano-scheduler.conf as errors.
     #[arg(long)]
     strict_config: bool,
-    /// Simulated time between cycles, in milliseconds.
+    /// Simulated time between cycles, in milliseconds (1 to 3600000).
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
-    /// Generate a cluster of this many nodes.
+    /// Generate a cluster of this many nodes (1 to 100000).
     #[arg(long)]
     nodes: Option<usize>,
+    /// GPUs of each generated node (1 to 64).
     #[arg(long, default_value_t = 8)]
     gpus_per_node: i64,
-    /// Generate this many gangs.
+    /// Generate this many gangs (0 to 200000).
     #[arg(long, default_value_t = 1000)]
     jobs: usize,
     #[arg(long, default_value_t = 1)]
