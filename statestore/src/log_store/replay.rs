@@ -23,8 +23,9 @@
 use super::record::{HEADER_BYTES, MAX_FRAME_BYTES, Record};
 
 /// Most payload bytes checksummed while proving that no well-formed frame follows a
-/// damaged one (JSON payloads never hold a plausible header, so real files need a few
-/// checksums; the bound is against adversarial or random garbage).
+/// damaged one. JSON bytes are >= 0x20, so 4 of them read as a length over 64 MiB: only
+/// the offsets within 3 bytes of a frame boundary are candidates, a few checksums per
+/// frame scanned. The bound is against adversarial or random garbage.
 pub const SCAN_BUDGET_BYTES: u64 = 1 << 30;
 
 /// What is wrong with the first frame that is not well-formed.
