@@ -12,7 +12,9 @@ use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
 use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
 use phalanx_scheduler::simulate::sharded::{ShardOptions, sharding_for};
-use phalanx_scheduler::simulate::synthetic::SyntheticSpec;
+use phalanx_scheduler::simulate::synthetic::{
+    SyntheticSpec, check_generated_bounds, parse_pod_seconds,
+};
 use phalanx_scheduler::simulate::{demo, generated};
 
 #[derive(Parser, Debug)]
@@ -72,7 +74,7 @@ struct ServeArgs {
     /// Place pods whose spec.schedulerName is this.
     #[arg(long, default_value = "phalanx")]
     scheduler_name: String,
-    /// Time between scheduling cycles, in milliseconds.
+    /// Time between scheduling cycles, in milliseconds (1 to 3600000).
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
     /// API server writes per second (binds, status, events, evictions); 0 = no limit.
@@ -84,7 +86,7 @@ struct ServeArgs {
     /// A volcano-scheduler.conf (actions and plugin tiers); Volcano's default without it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Seconds to wait for the watch caches to sync at start.
+    /// Seconds to wait for the watch caches to sync at start (1 to 86400).
     #[arg(long, default_value_t = 60)]
     sync_timeout_s: u64,
     /// Create the PodGroup and Queue CRDs (as `phalanx crds` prints them) where they are
@@ -127,15 +129,16 @@ struct SimulateArgs {
     /// Treat unknown actions and plugins in volcano-scheduler.conf as errors.
     #[arg(long)]
     strict_config: bool,
-    /// Simulated time between cycles, in milliseconds.
+    /// Simulated time between cycles, in milliseconds (1 to 3600000).
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
-    /// Generate a cluster of this many nodes.
+    /// Generate a cluster of this many nodes (1 to 100000).
     #[arg(long)]
     nodes: Option<usize>,
+    /// GPUs of each generated node (1 to 64).
     #[arg(long, default_value_t = 8)]
     gpus_per_node: i64,
-    /// Generate this many gangs.
+    /// Generate this many gangs (0 to 200000).
     #[arg(long, default_value_t = 1000)]
     jobs: usize,
     #[arg(long, default_value_t = 1)]
@@ -183,6 +186,10 @@ fn main() -> ExitCode {
 
 fn serve(args: ServeArgs) -> ExitCode {
     use phalanx_scheduler::serve::{ServeOptions, identity, parse_peers, run};
+    if let Err(e) = check_serve_bounds(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let id = match (args.id, &args.id_from_pod_name) {
         (Some(id), _) => id,
         (None, Some(name)) => match identity::id_from_pod_name(name) {
@@ -245,10 +252,6 @@ fn serve(args: ServeArgs) -> ExitCode {
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
         install_crds: args.install_crds,
     };
-    if opts.id == 0 {
-        eprintln!("error: --id 0: replica ids start at 1");
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -271,7 +274,60 @@ fn crds() -> ExitCode {
     }
 }
 
+/// Longest cycle period (`--period-ms`, simulate and serve): an hour.
+const MAX_PERIOD_MS: u64 = 3_600_000;
+
+/// The numeric flags of `simulate` within their bounds (docs/security.md, "Input bounds").
+fn check_simulate_bounds(args: &SimulateArgs) -> Result<(), String> {
+    if !(1..=MAX_PERIOD_MS).contains(&args.period_ms) {
+        return Err(format!(
+            "--period-ms {}: must be 1 to {MAX_PERIOD_MS}",
+            args.period_ms
+        ));
+    }
+    if let Some(queues) = &args.queues {
+        fairness::parse_queues(queues).map_err(|e| format!("--queues: {e}"))?;
+    }
+    match args.nodes {
+        Some(nodes) => check_generated_bounds(nodes, args.jobs, args.gpus_per_node),
+        None => Ok(()),
+    }
+}
+
+/// The numeric flags of `serve` within their bounds.
+fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
+    if args.id == Some(0) {
+        return Err("--id 0: replica ids start at 1".into());
+    }
+    if !(1..=MAX_PERIOD_MS).contains(&args.period_ms) {
+        return Err(format!(
+            "--period-ms {}: must be 1 to {MAX_PERIOD_MS}",
+            args.period_ms
+        ));
+    }
+    if !(args.kube_qps.is_finite() && args.kube_qps >= 0.0) {
+        return Err(format!(
+            "--kube-qps {}: must be a number >= 0 (0 = no limit)",
+            args.kube_qps
+        ));
+    }
+    if !(1..=MAX_SYNC_TIMEOUT_S).contains(&args.sync_timeout_s) {
+        return Err(format!(
+            "--sync-timeout-s {}: must be 1 to {MAX_SYNC_TIMEOUT_S}",
+            args.sync_timeout_s
+        ));
+    }
+    Ok(())
+}
+
+/// Longest wait for the watch caches (`--sync-timeout-s`): a day.
+const MAX_SYNC_TIMEOUT_S: u64 = 86_400;
+
 fn simulate(args: SimulateArgs) -> ExitCode {
+    if let Err(e) = check_simulate_bounds(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     if !(1..=MAX_SHARDS).contains(&args.shards) {
         eprintln!("error: --shards {}: must be 1 to {MAX_SHARDS}", args.shards);
         return ExitCode::from(EXIT_BAD_INPUT);
@@ -340,18 +396,10 @@ fn simulate(args: SimulateArgs) -> ExitCode {
             let mut spec = SyntheticSpec::new(nodes, args.gpus_per_node, args.jobs, args.seed);
             spec.scheduler_name = args.scheduler_name.clone();
             if let Some(range) = &args.pod_seconds {
-                let parsed = range
-                    .split_once('-')
-                    .and_then(|(a, b)| {
-                        Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?))
-                    })
-                    .filter(|(a, b)| a <= b);
-                match parsed {
-                    Some((lo, hi)) => spec.duration_ms = Some((lo * 1000, hi * 1000)),
-                    None => {
-                        eprintln!(
-                            "error: --pod-seconds {range:?}: expected MIN-MAX in seconds, e.g. 60-600"
-                        );
+                match parse_pod_seconds(range) {
+                    Ok(ms) => spec.duration_ms = Some(ms),
+                    Err(e) => {
+                        eprintln!("error: {e}");
                         return ExitCode::from(EXIT_BAD_INPUT);
                     }
                 }
@@ -414,7 +462,13 @@ fn scenario(path: &PathBuf, args: &SimulateArgs, faults: Vec<ScheduledFault>) ->
         shard_lease_ms: args.shard_lease_ms,
         home_pool: args.home_pool.parse().unwrap_or_default(),
     };
-    let report = run_workload(&path.display().to_string(), workload, &opts);
+    let mut report = run_workload(&path.display().to_string(), workload, &opts);
+    // Warnings go to stderr, so stdout is the report alone.
+    let warnings = std::mem::take(&mut report.warnings);
+    let run_warnings = std::mem::take(&mut report.outcome.warnings);
+    for w in warnings.iter().chain(&run_warnings) {
+        eprintln!("warning: {w}");
+    }
     print!("{}", render(&report));
     if let Some(key) = &args.explain {
         println!();

@@ -208,3 +208,92 @@ fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
     assert!(out.contains("2PC messages: "), "{out}");
     assert!(out.contains(" sent over gRPC, "), "{out}");
 }
+
+/// Issue 17: every numeric flag has a bound; out of it, exit 2 naming the flag and the
+/// value (before: a capacity-overflow panic, an allocation until killed, a wrapped sum).
+#[test]
+fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
+    let huge = "18446744073709551615";
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["simulate", "--nodes", huge],
+            "--nodes 18446744073709551615",
+        ),
+        (&["simulate", "--nodes", "0"], "--nodes 0"),
+        (
+            &["simulate", "--nodes", "10", "--jobs", huge],
+            "--jobs 18446744073709551615",
+        ),
+        (
+            &["simulate", "--nodes", "10", "--gpus-per-node=-1"],
+            "--gpus-per-node -1",
+        ),
+        (&["simulate", "--period-ms", "0"], "--period-ms 0"),
+        (
+            &[
+                "simulate",
+                "--nodes",
+                "10",
+                "--pod-seconds",
+                "1-18446744073709551615",
+            ],
+            "--pod-seconds",
+        ),
+        (
+            &[
+                "simulate",
+                "--nodes",
+                "10",
+                "--queues",
+                "a:4294967295,b:4294967295",
+            ],
+            "\"a:4294967295\"",
+        ),
+        (&["serve", "--id", "0"], "--id 0"),
+    ];
+    for (args, named) in cases {
+        let (code, stdout, stderr) = phalanx(args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Issue 17: a scenario over 16 MiB is refused before it is read whole; an endless one
+/// (`/dev/zero`) after 16 MiB.
+#[test]
+fn a_scenario_over_16_mib_or_endless_exits_2_without_reading_it_whole() {
+    let dir = std::env::temp_dir().join(format!("phalanx-cli-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sparse = dir.join("sparse.yaml");
+    let file = std::fs::File::create(&sparse).expect("create");
+    file.set_len(17 * 1024 * 1024).expect("sparse 17 MiB");
+    drop(file);
+    for path in [sparse.display().to_string(), "/dev/zero".to_string()] {
+        let (code, _, stderr) = phalanx(&["simulate", "--scenario", &path]);
+        assert_eq!(code, 2, "{path}: {stderr}");
+        assert!(stderr.contains(&path), "{stderr}");
+        assert!(stderr.contains("at most 16777216 bytes"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 17: warnings went to stdout, mixed into the report.
+#[test]
+fn scenario_warnings_go_to_stderr_and_stdout_holds_the_report_alone() {
+    let dir = std::env::temp_dir().join(format!("phalanx-cli-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("warns.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: \"4\"}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, annotations: {scheduling.k8s.io/group-name: nowhere}}\nspec: {schedulerName: phalanx, containers: [{name: c}]}\n",
+    )
+    .expect("write scenario");
+    let (code, stdout, stderr) = phalanx(&["simulate", "--scenario", &path.display().to_string()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stderr.contains("warning: "), "{stderr}");
+    assert!(stderr.contains("PodGroup default/nowhere"), "{stderr}");
+    assert!(!stdout.contains("warning"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,10 +8,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::error::{ManifestError, Problem};
+use super::convert::parse_sim_duration_ms;
+use super::error::{FieldError, ManifestError, Problem};
 use super::load::{Loader, Origin};
 use super::workload::Workload;
-use crate::model::{ObjectKey, ResourceName, Resources};
+use crate::framework::timeout::TimeoutAction;
+use crate::model::{
+    ObjectKey, ResourceName, Resources, SCHEDULE_TIMEOUT_ANNOTATION, SIM_CREATED_AT_ANNOTATION,
+    TIMEOUT_ACTION_ANNOTATION,
+};
 
 /// Errors when a total of node allocatable or of pod requests passes `i64::MAX`.
 pub(crate) fn check_sums_fit(loader: &Loader<'_>) -> Result<(), ManifestError> {
@@ -200,6 +205,159 @@ fn expectation_warnings(
     {
         warnings.push(format!(
             "{prefix}: spec.podGroups names PodGroup {key}, which is not declared"
+        ));
+    }
+    warnings
+}
+
+/// Kubernetes' bound on an object name (a DNS subdomain, RFC 1123).
+pub(crate) const MAX_NAME_CHARS: usize = 253;
+/// Kubernetes' bound on a namespace, a label value and the name part of a label key.
+pub(crate) const MAX_LABEL_CHARS: usize = 63;
+/// The ledger refuses a gang of more pods than this every cycle, forever; the loader
+/// refuses it once, up front, from the same constant.
+pub(crate) use phalanx_statestore::ledger::command::MAX_PODS_PER_GANG;
+
+/// `text` quoted for a message, shortened when long.
+fn quoted(text: &str) -> String {
+    const SHOWN: usize = 40;
+    let head: String = text.chars().take(SHOWN).collect();
+    if text.chars().count() > SHOWN {
+        format!("{head:?}...")
+    } else {
+        format!("{head:?}")
+    }
+}
+
+fn too_long(path: &str, text: &str, limit: usize, what: &str) -> FieldError {
+    FieldError::new(
+        path,
+        format!(
+            "{} is {} characters long; Kubernetes allows at most {limit} in {what}",
+            quoted(text),
+            text.chars().count()
+        ),
+    )
+}
+
+/// An object name: not empty, at most 253 characters.
+pub(crate) fn check_name(path: &str, name: &str) -> Result<(), FieldError> {
+    if name.is_empty() {
+        return Err(FieldError::new(path, "is empty; every object needs a name"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(too_long(path, name, MAX_NAME_CHARS, "an object name"));
+    }
+    Ok(())
+}
+
+/// A namespace: at most 63 characters (a DNS label).
+pub(crate) fn check_namespace(path: &str, namespace: &str) -> Result<(), FieldError> {
+    if namespace.chars().count() > MAX_LABEL_CHARS {
+        return Err(too_long(path, namespace, MAX_LABEL_CHARS, "a namespace"));
+    }
+    Ok(())
+}
+
+/// Label keys (`prefix/name`: prefix up to 253, name 1 to 63) and values (up to 63).
+pub(crate) fn check_labels(
+    path: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), FieldError> {
+    for (key, value) in labels {
+        let at = format!("{path}[{key}]");
+        let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+        if name.is_empty() {
+            return Err(FieldError::new(
+                at,
+                format!("the key {} has an empty name part", quoted(key)),
+            ));
+        }
+        if name.chars().count() > MAX_LABEL_CHARS {
+            return Err(too_long(&at, name, MAX_LABEL_CHARS, "a label key's name"));
+        }
+        if prefix.chars().count() > MAX_NAME_CHARS {
+            return Err(too_long(
+                &at,
+                prefix,
+                MAX_NAME_CHARS,
+                "a label key's prefix",
+            ));
+        }
+        if value.chars().count() > MAX_LABEL_CHARS {
+            return Err(too_long(&at, value, MAX_LABEL_CHARS, "a label value"));
+        }
+    }
+    Ok(())
+}
+
+/// A gang's required size (`field` = `spec.minMember`, or a Job's `spec.minAvailable`)
+/// must fit one ledger placement.
+pub(crate) fn check_gang_size(field: &str, min_member: u32) -> Result<(), FieldError> {
+    if min_member as usize > MAX_PODS_PER_GANG {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "{min_member} pods is more than one gang may hold: the ledger accepts at most \
+                 {MAX_PODS_PER_GANG} pods per gang, so this gang could never be placed"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Errors at the first pod that makes its PodGroup larger than the ledger's gang limit
+/// (every pod of a group may be placed in one gang placement).
+pub(crate) fn check_pods_per_gang(loader: &Loader<'_>) -> Result<(), ManifestError> {
+    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for pod in &loader.out.pods {
+        let Some(group) = pod.group.as_deref() else {
+            continue;
+        };
+        let count = counts
+            .entry((pod.key.namespace.as_str(), group))
+            .or_insert(0);
+        *count += 1;
+        if *count > MAX_PODS_PER_GANG {
+            let origin = loader.origins.get(&("Pod", pod.key.to_string()));
+            let problem = Problem::Invalid(format!(
+                "PodGroup {}/{group} has more than {MAX_PODS_PER_GANG} pods with this one; the \
+                 ledger accepts at most {MAX_PODS_PER_GANG} pods per gang, so the gang could \
+                 never be placed",
+                pod.key.namespace
+            ));
+            return Err(ManifestError::new(
+                origin.map(|o| o.at.clone()).unwrap_or_default(),
+                Some(origin.map_or_else(|| format!("Pod {}", pod.key), |o| o.object.clone())),
+                problem,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A warning for each timeout annotation the scheduler cannot read (it ignores them and
+/// the configured default applies, which a user would not guess from `1.5h`).
+pub(crate) fn timeout_annotation_warnings(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for key in [SCHEDULE_TIMEOUT_ANNOTATION, SIM_CREATED_AT_ANNOTATION] {
+        if let Some(text) = annotations.get(key)
+            && parse_sim_duration_ms(text).is_none()
+        {
+            warnings.push(format!(
+                "annotation {key}: {} is not a duration phalanx reads here (whole numbers \
+                 with h, m, s or ms, e.g. 1h30m); it is ignored and the default applies",
+                quoted(text)
+            ));
+        }
+    }
+    if let Some(text) = annotations.get(TIMEOUT_ACTION_ANNOTATION)
+        && TimeoutAction::parse(text).is_none()
+    {
+        warnings.push(format!(
+            "annotation {TIMEOUT_ACTION_ANNOTATION}: {} is not retry or stop; it is ignored \
+             and the default applies",
+            quoted(text)
         ));
     }
     warnings

@@ -6,11 +6,14 @@
 //! `i64`, a Job's minResources, which needs every PriorityClass).
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::checks;
 use super::conf_position::conf_error_in_file;
 use super::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
 use super::document::{Document, Header, split_documents, text};
@@ -23,7 +26,9 @@ use super::volcano::{
     pod_group_from_volcano, queue_from_volcano,
 };
 use super::workload::Workload;
-use crate::model::{DEFAULT_QUEUE, DEFAULT_SCHEDULER_NAME, Queue};
+use crate::model::{
+    DEFAULT_QUEUE, DEFAULT_SCHEDULER_NAME, GROUP_NAME_ANNOTATION, Pod, PodGroup, Queue,
+};
 
 /// The ConfigMap key Volcano reads its configuration from.
 pub const SCHEDULER_CONF_KEY: &str = "volcano-scheduler.conf";
@@ -54,6 +59,15 @@ pub fn load_workload(text: &str, opts: &LoadOptions) -> Result<Workload, Manifes
     loader.finish()
 }
 
+/// Largest scenario file read: a bound on memory (the parsed objects take a small multiple
+/// of the text) checked before the file is read whole, and while reading (a FIFO or
+/// `/dev/zero` has no size to check).
+pub const MAX_SCENARIO_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Most cycles an Expectation may ask for (`spec.cycles`); the same bound stops a run
+/// until quiescent.
+pub const MAX_SCENARIO_CYCLES: u32 = 100_000;
+
 /// Loads several files as one input, in order; document indices continue across files.
 pub fn load_workload_files<P: AsRef<Path>>(
     paths: &[P],
@@ -62,16 +76,46 @@ pub fn load_workload_files<P: AsRef<Path>>(
     let mut loader = Loader::new(opts);
     for path in paths {
         let name = path.as_ref().display().to_string();
-        let text = std::fs::read_to_string(path.as_ref()).map_err(|e| {
+        let text = read_bounded(path.as_ref()).map_err(|problem| {
             let at = DocLocation {
                 file: Some(name.clone()),
                 ..DocLocation::default()
             };
-            ManifestError::new(at, None, Problem::Read(e.to_string()))
+            ManifestError::new(at, None, problem)
         })?;
         loader.add_text(&text, Some(&name))?;
     }
     loader.finish()
+}
+
+/// The file's text, refused past `MAX_SCENARIO_BYTES` or when it is not UTF-8.
+fn read_bounded(path: &Path) -> Result<String, Problem> {
+    let too_large = |size: u64| {
+        Problem::Read(format!(
+            "it is {size} bytes or more; a scenario may be at most {MAX_SCENARIO_BYTES} bytes"
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(|e| Problem::Read(e.to_string()))?;
+    let size = file
+        .metadata()
+        .map_err(|e| Problem::Read(e.to_string()))?
+        .len();
+    if size > MAX_SCENARIO_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SCENARIO_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Problem::Read(e.to_string()))?;
+    if bytes.len() as u64 > MAX_SCENARIO_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Problem::Read(format!(
+            "it is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// Where an object came from, for duplicate and cross-object errors.
@@ -221,6 +265,9 @@ impl<'o> Loader<'o> {
     fn add_node(&mut self, ctx: &DocContext<'_, '_>) -> Result<(), ManifestError> {
         let raw: core::Node = ctx.read()?;
         let node = node_from_k8s(&raw).map_err(|e| ctx.field(e))?;
+        checks::check_name("metadata.name", &node.name)
+            .and_then(|()| checks::check_labels("metadata.labels", &node.labels))
+            .map_err(|e| ctx.field(e))?;
         self.claim(
             ctx,
             "Node",
@@ -237,6 +284,9 @@ impl<'o> Loader<'o> {
     fn add_pod(&mut self, ctx: &DocContext<'_, '_>) -> Result<(), ManifestError> {
         let raw: core::Pod = ctx.read()?;
         let mut pod = pod_from_k8s(&raw, &self.opts.scheduler_name).map_err(|e| ctx.field(e))?;
+        check_pod_fields(&pod, "")
+            .and_then(|()| check_group_annotation(&raw.metadata))
+            .map_err(|e| ctx.field(e))?;
         pod.creation_index = self.creation();
         self.claim(ctx, "Pod", pod.key.to_string(), format!("Pod {}", pod.key))?;
         self.out.pods.push(pod);
@@ -246,6 +296,7 @@ impl<'o> Loader<'o> {
     fn add_priority_class(&mut self, ctx: &DocContext<'_, '_>) -> Result<(), ManifestError> {
         let raw: scheduling::PriorityClass = ctx.read()?;
         let pc = priority_class_from_k8s(&raw).map_err(|e| ctx.field(e))?;
+        checks::check_name("metadata.name", &pc.name).map_err(|e| ctx.field(e))?;
         self.claim(
             ctx,
             "PriorityClass",
@@ -269,6 +320,10 @@ impl<'o> Loader<'o> {
         let raw: VolcanoPodGroup = ctx.read()?;
         let mut warnings = Vec::new();
         let mut pg = pod_group_from_volcano(&raw, &mut warnings).map_err(|e| ctx.field(e))?;
+        checks::check_name("metadata.name", &pg.key.name)
+            .and_then(|()| checks::check_namespace("metadata.namespace", &pg.key.namespace))
+            .and_then(|()| checks::check_gang_size("spec.minMember", pg.min_member))
+            .map_err(|e| ctx.field(e))?;
         pg.creation_index = self.creation();
         self.claim(
             ctx,
@@ -276,6 +331,7 @@ impl<'o> Loader<'o> {
             pg.key.to_string(),
             format!("PodGroup {}", pg.key),
         )?;
+        warnings.extend(checks::timeout_annotation_warnings(&pg.annotations));
         warnings.iter().for_each(|w| self.warn(ctx, w));
         self.out.pod_groups.push(pg);
         Ok(())
@@ -285,6 +341,7 @@ impl<'o> Loader<'o> {
         let raw: VolcanoQueue = ctx.read()?;
         let mut warnings = Vec::new();
         let mut queue = queue_from_volcano(&raw, &mut warnings).map_err(|e| ctx.field(e))?;
+        checks::check_name("metadata.name", &queue.name).map_err(|e| ctx.field(e))?;
         queue.creation_index = self.creation();
         self.claim(
             ctx,
@@ -302,6 +359,7 @@ impl<'o> Loader<'o> {
         let mut warnings = Vec::new();
         let expanded =
             expand_job(&raw, &self.opts.scheduler_name, &mut warnings).map_err(|e| ctx.field(e))?;
+        check_job_sizes_and_names(&expanded.pod_group, &expanded.pods).map_err(|e| ctx.field(e))?;
         let job_key = expanded.pod_group.key.to_string();
         self.claim(ctx, "Job", job_key.clone(), format!("Job {job_key}"))?;
         let mut pg = expanded.pod_group;
@@ -359,6 +417,16 @@ impl<'o> Loader<'o> {
     fn add_expectation(&mut self, ctx: &DocContext<'_, '_>) -> Result<(), ManifestError> {
         let raw: ExpectationDoc = ctx.read()?;
         let expectation = raw.to_expectation().map_err(|e| ctx.field(e))?;
+        if expectation.cycles > MAX_SCENARIO_CYCLES {
+            return Err(ctx.field(FieldError::new(
+                "spec.cycles",
+                format!(
+                    "{} is more cycles than a scenario may run (at most {MAX_SCENARIO_CYCLES}, \
+                     the bound on a run until quiescent)",
+                    expectation.cycles
+                ),
+            )));
+        }
         self.claim(ctx, "Expectation", String::new(), ctx.object.clone())?;
         self.out.expectation = Some(expectation);
         Ok(())
@@ -375,6 +443,7 @@ impl<'o> Loader<'o> {
             self.out.queues.insert(0, Queue::new(DEFAULT_QUEUE));
         }
         super::checks::check_sums_fit(&self)?;
+        super::checks::check_pods_per_gang(&self)?;
         self.fill_job_min_resources();
         super::checks::warn_about_references(&mut self.out, &self.origins);
         Ok(self.out)
@@ -388,6 +457,57 @@ impl<'o> Loader<'o> {
             self.out.pod_groups[job.pod_group].min_resources = Some(min);
         }
     }
+}
+
+/// A pod's name, namespace and labels within Kubernetes' bounds; `prefix` says which
+/// generated pod it is, for a Job's.
+fn check_pod_fields(pod: &Pod, prefix: &str) -> Result<(), FieldError> {
+    checks::check_name("metadata.name", &pod.key.name)
+        .and_then(|()| checks::check_namespace("metadata.namespace", &pod.key.namespace))
+        .and_then(|()| checks::check_labels("metadata.labels", &pod.labels))
+        .map_err(|e| e.under(prefix))
+}
+
+/// `scheduling.k8s.io/group-name: ""` names no PodGroup: refused rather than read as a
+/// pod without a gang (which would be bound alone).
+fn check_group_annotation(meta: &ObjectMeta) -> Result<(), FieldError> {
+    let group = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(GROUP_NAME_ANNOTATION));
+    if group.is_some_and(|g| g.trim().is_empty()) {
+        return Err(FieldError::new(
+            format!("metadata.annotations[{GROUP_NAME_ANNOTATION}]"),
+            "is empty; name the pod's PodGroup or remove the annotation",
+        ));
+    }
+    Ok(())
+}
+
+/// A Job's gang (its `minAvailable` and its pod count) fits the ledger, and the names it
+/// generates fit Kubernetes.
+fn check_job_sizes_and_names(pg: &PodGroup, pods: &[Pod]) -> Result<(), FieldError> {
+    checks::check_name("metadata.name", &pg.key.name)?;
+    checks::check_namespace("metadata.namespace", &pg.key.namespace)?;
+    checks::check_gang_size("spec.minAvailable", pg.min_member)?;
+    if pods.len() > checks::MAX_PODS_PER_GANG {
+        return Err(FieldError::new(
+            "spec.tasks",
+            format!(
+                "the Job creates {} pods, more than one gang may hold: the ledger accepts at \
+                 most {} pods per gang",
+                pods.len(),
+                checks::MAX_PODS_PER_GANG
+            ),
+        ));
+    }
+    for pod in pods {
+        check_pod_fields(
+            pod,
+            &format!("spec.tasks (generated pod {}): ", pod.key.name),
+        )?;
+    }
+    Ok(())
 }
 
 /// One document being loaded, with the name of its object for messages.

@@ -31,11 +31,13 @@
 //!   so the scheduler's saturating arithmetic never saturates on valid input.
 
 mod checks;
+mod conf_arguments;
 mod conf_position;
 pub mod convert;
 mod document;
 pub mod error;
 pub mod expectation;
+mod go_duration;
 mod load;
 mod quantity_text;
 pub mod scheduler_conf;
@@ -60,5 +62,7 @@ pub const KNOWN_KINDS: &[&str] = &[
     "phalanx.dev/v1alpha1 Expectation",
 ];
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use thiserror::Error;
 
+use super::conf_arguments::check_arguments;
 use super::document::{Chunk, read_chunk};
 use super::error::{FieldError, Problem};
 use crate::framework::conf::{
@@ -129,11 +130,19 @@ pub fn parse_scheduler_conf(
             notes.say(&format!("configuration:{name}"), what, IGNORED)?;
             continue;
         }
+        let mut arguments: Arguments = c.arguments.into_iter().map(|(k, v)| (k, v.0)).collect();
+        check_arguments(
+            &format!("configurations[{i}]"),
+            "action",
+            &name,
+            &mut arguments,
+        )?;
         action_arguments
             .entry(name)
             .or_insert_with(Arguments::new)
-            .extend(c.arguments.into_iter().map(|(k, v)| (k, v.0)));
+            .extend(arguments);
     }
+    check_gang_is_on(&tiers, &mut notes)?;
     Ok((
         SchedulerConf {
             actions,
@@ -243,10 +252,12 @@ fn parse_tier(t: usize, raw: RawTier, notes: &mut Notes) -> Result<Tier, ConfErr
             notes.say(&format!("{path}.{flag}"), msg, IGNORED)?;
         }
         if KNOWN_PLUGINS.contains(&name.as_str()) {
+            let mut arguments = raw_plugin.arguments;
+            check_arguments(&path, "plugin", &name, &mut arguments)?;
             plugins.push(PluginOption {
                 name,
                 hooks: raw_plugin.hooks,
-                arguments: raw_plugin.arguments,
+                arguments,
             });
         } else {
             notes.say(
@@ -257,6 +268,29 @@ fn parse_tier(t: usize, raw: RawTier, notes: &mut Notes) -> Result<Tier, ConfErr
         }
     }
     Ok(Tier { plugins })
+}
+
+/// Without the `gang` plugin nothing holds a PodGroup's pods together: said loudly (an
+/// error under `--strict-config`), since the configuration still loads and runs.
+fn check_gang_is_on(tiers: &[Tier], notes: &mut Notes) -> Result<(), ConfError> {
+    if tiers
+        .iter()
+        .flat_map(|t| &t.plugins)
+        .any(|p| p.name == "gang")
+    {
+        return Ok(());
+    }
+    let what = if tiers.iter().all(|t| t.plugins.is_empty()) {
+        "`tiers` enables no plugin at all, so not `gang`"
+    } else {
+        "no tier enables the `gang` plugin"
+    };
+    notes.say(
+        "plugin-missing:gang",
+        format!("GANG SCHEDULING IS OFF: {what}"),
+        "a PodGroup's pods are bound one by one as each fits, so gangs start partially, hold \
+         what they got and can deadlock the cluster; add `- name: gang` to the first tier",
+    )
 }
 
 fn unknown_plugin_message(name: &str) -> String {
@@ -494,10 +528,10 @@ mod tests {
 
     #[test]
     fn flags_and_arguments_use_volcanos_spellings_and_keep_text() {
-        let text = "actions: allocate\ntiers:\n- plugins:\n  - name: binpack\n    enableJobOrder: false\n    enabledOverused: true\n    EnabledClusterOrder: true\n    arguments:\n      binpack.weight: 10\n      binpack.cpu: 0.5\n      binpack.resources: nvidia.com/gpu\n      flag: true\n";
+        let text = "actions: allocate\ntiers:\n- plugins:\n  - name: gang\n  - name: binpack\n    enableJobOrder: false\n    enabledOverused: true\n    EnabledClusterOrder: true\n    arguments:\n      binpack.weight: 10\n      binpack.cpu: 0.5\n      binpack.resources: nvidia.com/gpu\n      flag: true\n";
         let (conf, warnings) = parse_scheduler_conf(text, true).unwrap();
         assert!(warnings.is_empty());
-        let p = &conf.tiers[0].plugins[0];
+        let p = &conf.tiers[0].plugins[1];
         assert_eq!(p.hooks.job_order, Some(false));
         assert_eq!(p.hooks.overused, Some(true));
         assert_eq!(p.hooks.cluster_order, Some(true));
@@ -535,7 +569,7 @@ mod tests {
     #[test]
     fn unimplemented_volcano_actions_are_skipped_with_a_warning() {
         let (conf, warnings) = parse_scheduler_conf(
-            "actions: \"enqueue, allocate, preempt, shuffle, reclaim, backfill\"\n",
+            "actions: \"enqueue, allocate, preempt, shuffle, reclaim, backfill\"\ntiers:\n- plugins:\n  - name: gang\n",
             false,
         )
         .unwrap();
@@ -559,11 +593,63 @@ mod tests {
 
     #[test]
     fn action_configurations_keep_their_arguments() {
-        let text = "actions: allocate\nconfigurations:\n- name: allocate\n  arguments:\n    predicateErrorCacheEnable: true\n";
+        let text = "actions: allocate\ntiers:\n- plugins:\n  - name: gang\nconfigurations:\n- name: allocate\n  arguments:\n    predicateErrorCacheEnable: true\n";
         let (conf, _) = parse_scheduler_conf(text, true).unwrap();
         assert_eq!(
             conf.action_arguments["allocate"]["predicateErrorCacheEnable"],
             "true"
         );
+    }
+
+    #[test]
+    fn a_schedule_timeout_in_go_syntax_reaches_the_scheduler() {
+        let text = "actions: \"enqueue, allocate\"\ntiers:\n- plugins:\n  - name: gang\nconfigurations:\n- name: enqueue\n  arguments:\n    schedule-timeout: 1.5h\n";
+        let (conf, warnings) = parse_scheduler_conf(text, true).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let defaults = crate::framework::timeout::TimeoutDefaults::from_conf(&conf);
+        assert_eq!(defaults.schedule_timeout_ms, Some(5_400_000));
+    }
+
+    #[test]
+    fn a_garbage_timeout_is_refused_naming_the_action_the_argument_and_the_value() {
+        let text = "actions: \"enqueue, allocate\"\nconfigurations:\n- name: enqueue\n  arguments:\n    schedule-timeout: 1.5hours\n";
+        let err = parse_scheduler_conf(text, false).unwrap_err().to_string();
+        assert!(
+            err.contains("configurations[0].arguments.schedule-timeout"),
+            "{err}"
+        );
+        assert!(err.contains("\"1.5hours\""), "{err}");
+        assert!(err.contains("action `enqueue`"), "{err}");
+    }
+
+    #[test]
+    fn a_plugin_argument_that_is_not_a_number_is_refused_naming_the_plugin() {
+        let text = "actions: allocate\ntiers:\n- plugins:\n  - name: gang\n  - name: binpack\n    arguments:\n      binpack.weight: heavy\n";
+        let err = parse_scheduler_conf(text, false).unwrap_err().to_string();
+        assert!(
+            err.contains("tiers[0].plugins[1].arguments.binpack.weight"),
+            "{err}"
+        );
+        assert!(err.contains("\"heavy\" for plugin `binpack`"), "{err}");
+    }
+
+    #[test]
+    fn a_configuration_without_gang_warns_loudly_and_strict_mode_refuses_it() {
+        for text in [
+            "actions: allocate\ntiers: []\n",
+            "actions: allocate\n",
+            "actions: allocate\ntiers:\n- plugins:\n  - name: priority\n",
+        ] {
+            let (_, warnings) = parse_scheduler_conf(text, false).unwrap();
+            assert_eq!(warnings.len(), 1, "{text}: {warnings:?}");
+            assert!(
+                warnings[0].starts_with("GANG SCHEDULING IS OFF"),
+                "{}",
+                warnings[0]
+            );
+            assert!(warnings[0].contains("partially"), "{}", warnings[0]);
+            let err = parse_scheduler_conf(text, true).unwrap_err().to_string();
+            assert!(err.contains("GANG SCHEDULING IS OFF"), "{err}");
+        }
     }
 }

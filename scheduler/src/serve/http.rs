@@ -2,8 +2,9 @@
 //! replica can do its job: its watch caches have synced, the ledger has a leader, and, when
 //! it leads, it could take its shard), `/metrics` (Prometheus text).
 //!
-//! A plain HTTP/1.1 responder on tokio: one request per connection, bounded header size and
-//! read time, so a slow or malicious client cannot hold the replica up.
+//! A plain HTTP/1.1 responder on tokio: one request per connection, bounded header size,
+//! read and write time, and number of connections at once ([`HttpLimits`]), so slow,
+//! idle or malicious clients cannot hold the replica up or exhaust its file descriptors.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 /// Consecutive periods in which taking the shard failed before `/readyz` says so: one or
 /// two failures are an election or a lost answer, retried next period.
@@ -76,47 +78,130 @@ impl Health {
 }
 
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How much the endpoint lets clients hold.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// Connections served at once; the next is accepted only when one ends, so idle
+    /// clients cannot use up the process's file descriptors.
+    pub max_connections: usize,
+    /// Time a client has to send its request (an idle connection is closed then).
+    pub read_timeout: Duration,
+    /// Time a client has to take the reply.
+    pub write_timeout: Duration,
+    /// First wait after a failed accept (EMFILE, ENFILE, ...), doubled per failure in a row.
+    pub accept_backoff_min: Duration,
+    /// Longest wait after a failed accept.
+    pub accept_backoff_max: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 64,
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            accept_backoff_min: Duration::from_millis(10),
+            accept_backoff_max: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Serves until the runtime stops, with the default limits.
+pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: PrometheusHandle) {
+    serve_with(listener, health, metrics, HttpLimits::default()).await;
+}
 
 /// Serves until the runtime stops.
-pub async fn serve(listener: TcpListener, health: Arc<Health>, metrics: PrometheusHandle) {
+pub async fn serve_with(
+    listener: TcpListener,
+    health: Arc<Health>,
+    metrics: PrometheusHandle,
+    limits: HttpLimits,
+) {
+    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    accept_loop(accept, health, metrics, limits).await;
+}
+
+/// Accepts from `accept` (a seam for tests) while a connection slot is free; after a
+/// failed accept it waits (10 ms doubling to 100 ms by default) instead of retrying at
+/// once, which spun a core when the process was out of file descriptors.
+async fn accept_loop<S, F, Fut>(
+    mut accept: F,
+    health: Arc<Health>,
+    metrics: PrometheusHandle,
+    limits: HttpLimits,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::io::Result<S>>,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut backoff = limits.accept_backoff_min;
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return; // never closed
+        };
+        let stream = match accept().await {
+            Ok(stream) => {
+                backoff = limits.accept_backoff_min;
+                stream
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, wait_ms = backoff.as_millis() as u64, "http endpoint: accept failed; waiting");
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2).min(limits.accept_backoff_max);
+                continue;
+            }
         };
         let health = health.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; MAX_REQUEST_BYTES];
-            let mut len = 0;
-            let read = tokio::time::timeout(READ_TIMEOUT, async {
-                while len < buf.len() {
-                    let n = stream.read(&mut buf[len..]).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    len += n;
-                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let path = head.split_whitespace().nth(1).unwrap_or("/");
-            let (code, content_type, body) = respond(path, &health, &metrics);
-            let reply = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-            let _ = stream.shutdown().await;
+            answer(stream, &health, &metrics, &limits).await;
+            drop(slot);
         });
     }
+}
+
+/// Reads one request head (bounded in size and time) and writes the reply (bounded in
+/// time).
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    health: &Health,
+    metrics: &PrometheusHandle,
+    limits: &HttpLimits,
+) {
+    let mut buf = vec![0u8; MAX_REQUEST_BYTES];
+    let mut len = 0;
+    let read = tokio::time::timeout(limits.read_timeout, async {
+        while len < buf.len() {
+            let n = stream.read(&mut buf[len..]).await?;
+            if n == 0 {
+                break;
+            }
+            len += n;
+            if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    if !matches!(read, Ok(Ok(()))) {
+        return;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (code, content_type, body) = respond(path, health, metrics);
+    let reply = format!(
+        "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(limits.write_timeout, async {
+        stream.write_all(reply.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 fn respond(
@@ -159,48 +244,4 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ledger::LedgerError;
-
-    fn healthy() -> Health {
-        let h = Health::default();
-        h.caches_synced.store(true, Ordering::Relaxed);
-        h.ledger_has_leader.store(true, Ordering::Relaxed);
-        h
-    }
-
-    #[test]
-    fn readyz_is_503_with_the_reason_whenever_the_replica_cannot_do_its_job() {
-        assert_eq!(readyz(&healthy()), ("200 OK", "ok\n".to_string()));
-
-        let (code, body) = readyz(&Health::default());
-        assert_eq!(code, "503 Service Unavailable");
-        assert!(body.contains("watch caches not synced"), "{body}");
-        assert!(body.contains("the ledger has no leader"), "{body}");
-
-        let h = healthy();
-        h.take_failed(&LedgerError::EpochExhausted {
-            shard: 0,
-            current: u64::MAX - 1,
-        });
-        let (code, body) = readyz(&h);
-        assert_eq!(code, "503 Service Unavailable");
-        assert!(body.contains("epoch is exhausted"), "{body}");
-
-        let h = healthy();
-        for n in 1..=MAX_TAKE_FAILURES {
-            assert_eq!(readyz(&h).0, "200 OK", "after {} failures", n - 1);
-            h.take_failed(&LedgerError::Unavailable("no leader".into()));
-        }
-        let (code, body) = readyz(&h);
-        assert_eq!(code, "503 Service Unavailable");
-        assert!(
-            body.contains(&format!("failed {MAX_TAKE_FAILURES} periods in a row")),
-            "{body}"
-        );
-        // Taking the shard (or standing by) makes it ready again.
-        h.shard_taken();
-        assert_eq!(readyz(&h).0, "200 OK");
-    }
-}
+mod tests;

@@ -40,24 +40,49 @@ pub struct FairnessSpec {
 }
 
 /// Parses `a:1,b:2,c:3`.
+/// Most queues in `--queues`, and the largest weight: their product fits a `u32` sum.
+pub const MAX_QUEUES: usize = 1_000;
+pub const MAX_QUEUE_WEIGHT: u32 = 1_000_000;
+
 pub fn parse_queues(text: &str) -> Result<Vec<(String, u32)>, String> {
-    let mut out = Vec::new();
+    let mut out: Vec<(String, u32)> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, weight) = part
             .split_once(':')
             .ok_or_else(|| format!("{part:?}: write NAME:WEIGHT, e.g. a:1"))?;
+        let name = name.trim();
+        check_queue_name(name, part)?;
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("{part:?}: queue `{name}` is named twice"));
+        }
         let weight: u32 = weight
             .trim()
             .parse()
             .ok()
-            .filter(|w| *w >= 1)
-            .ok_or_else(|| format!("{part:?}: the weight must be a whole number >= 1"))?;
-        out.push((name.trim().to_string(), weight));
+            .filter(|w| (1..=MAX_QUEUE_WEIGHT).contains(w))
+            .ok_or_else(|| {
+                format!("{part:?}: the weight must be a whole number from 1 to {MAX_QUEUE_WEIGHT}")
+            })?;
+        if out.len() == MAX_QUEUES {
+            return Err(format!("more than {MAX_QUEUES} queues"));
+        }
+        out.push((name.to_string(), weight));
     }
     if out.is_empty() {
         return Err("no queues given; write e.g. a:1,b:2,c:3".into());
     }
     Ok(out)
+}
+
+/// A queue name as Kubernetes allows it: 1 to 253 characters.
+fn check_queue_name(name: &str, part: &str) -> Result<(), String> {
+    const MAX_NAME_CHARS: usize = 253;
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!(
+            "{part:?}: a queue name must be 1 to {MAX_NAME_CHARS} characters"
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug)]

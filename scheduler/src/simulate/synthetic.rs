@@ -15,6 +15,50 @@ use crate::model::{
     TimeMs,
 };
 
+/// Most nodes a generated cluster may have (`--nodes`).
+pub const MAX_GENERATED_NODES: usize = 100_000;
+/// Most gangs a generated workload may have (`--jobs`): about 4.8 pods each on average,
+/// so about a million pods, a few GiB of memory at most.
+pub const MAX_GENERATED_JOBS: usize = 200_000;
+/// Most GPUs per generated node (`--gpus-per-node`).
+pub const MAX_GPUS_PER_NODE: i64 = 64;
+/// Longest generated pod run time (`--pod-seconds`), a year.
+pub const MAX_POD_SECONDS: u64 = 365 * 24 * 3600;
+
+/// `--nodes`, `--jobs` and `--gpus-per-node` within their bounds, or the flag, the value
+/// and the bound that refuses it.
+pub fn check_generated_bounds(nodes: usize, jobs: usize, gpus_per_node: i64) -> Result<(), String> {
+    if !(1..=MAX_GENERATED_NODES).contains(&nodes) {
+        return Err(format!(
+            "--nodes {nodes}: must be 1 to {MAX_GENERATED_NODES}"
+        ));
+    }
+    if jobs > MAX_GENERATED_JOBS {
+        return Err(format!("--jobs {jobs}: must be 0 to {MAX_GENERATED_JOBS}"));
+    }
+    if !(1..=MAX_GPUS_PER_NODE).contains(&gpus_per_node) {
+        return Err(format!(
+            "--gpus-per-node {gpus_per_node}: must be 1 to {MAX_GPUS_PER_NODE}"
+        ));
+    }
+    Ok(())
+}
+
+/// `--pod-seconds MIN-MAX` as milliseconds, MIN <= MAX <= a year.
+pub fn parse_pod_seconds(range: &str) -> Result<(TimeMs, TimeMs), String> {
+    range
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)))
+        .filter(|(a, b)| a <= b && *b <= MAX_POD_SECONDS)
+        .map(|(a, b)| (a * 1000, b * 1000))
+        .ok_or_else(|| {
+            format!(
+                "--pod-seconds {range:?}: expected MIN-MAX in seconds, MIN <= MAX <= \
+                 {MAX_POD_SECONDS}, e.g. 60-600"
+            )
+        })
+}
+
 #[derive(Clone, Debug)]
 pub struct SyntheticSpec {
     pub nodes: usize,

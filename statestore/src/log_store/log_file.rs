@@ -10,7 +10,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::record::{Record, decode_all, encode};
+use super::record::{EncodeError, Record, encode};
+use super::replay::{CorruptLog, replay};
 use crate::raft_types::{Entry, LogId, Vote};
 
 /// File name of the log inside the replica directory.
@@ -33,12 +34,14 @@ pub struct LogFile {
     compactions: u64,
 }
 
-fn io_err(e: serde_json::Error) -> io::Error {
+fn io_err(e: EncodeError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 impl LogFile {
-    /// Opens (or creates) the log in `dir`, replays it, and cuts a torn tail.
+    /// Opens (or creates) the log in `dir`, replays it, and cuts a torn tail. A damaged
+    /// frame before the tail is an `InvalidData` error wrapping `CorruptLog` (file and
+    /// offset named); nothing is cut then. The rule: `replay.rs`.
     pub fn open(dir: &Path) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         let path = dir.join(LOG_FILE_NAME);
@@ -49,15 +52,22 @@ impl LogFile {
             .open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (records, valid) = decode_all(&bytes);
-        if valid < bytes.len() {
+        let replayed = replay(&bytes).map_err(|source| {
+            let corrupt = CorruptLog {
+                path: path.clone(),
+                source,
+            };
+            io::Error::new(io::ErrorKind::InvalidData, corrupt)
+        })?;
+        if let Some(torn) = replayed.torn {
             tracing::warn!(
                 path = %path.display(),
-                valid,
-                total = bytes.len(),
-                "cutting torn tail of raft log"
+                offset = torn.offset,
+                cut_bytes = bytes.len() - torn.offset,
+                damage = %torn.damage,
+                "cutting the torn tail of the raft log (a last write never acknowledged)"
             );
-            file.set_len(valid as u64)?;
+            file.set_len(replayed.valid_len as u64)?;
             file.sync_all()?;
         }
         sync_dir(dir)?;
@@ -68,13 +78,11 @@ impl LogFile {
             vote: None,
             committed: None,
             last_purged: None,
-            file_bytes: valid as u64,
+            file_bytes: replayed.valid_len as u64,
             compactions: 0,
         };
-        for r in records {
-            // The frame size is only used to estimate live bytes; re-encoding is exact.
-            let size = encode(&r).map_err(io_err)?.len() as u64;
-            log.apply(r, size);
+        for (record, frame_bytes) in replayed.records {
+            log.apply(record, frame_bytes);
         }
         Ok(log)
     }
@@ -273,6 +281,66 @@ mod tests {
         let log = LogFile::open(dir.path()).unwrap();
         check(&log);
         assert!(!dir.path().join(TMP_FILE_NAME).exists());
+    }
+
+    /// Writes 300 entries, one append each, and returns the file's path and length.
+    fn write_300_entries(dir: &Path) -> (PathBuf, u64) {
+        let mut log = LogFile::open(dir).unwrap();
+        for i in 1..=300 {
+            log.write(vec![Record::Entry(entry(1, i))]).unwrap();
+        }
+        log.write(vec![Record::Vote(Vote::new(3, 1))]).unwrap();
+        let path = dir.join(LOG_FILE_NAME);
+        let len = std::fs::metadata(&path).unwrap().len();
+        (path, len)
+    }
+
+    #[test]
+    fn a_flipped_byte_in_the_middle_of_the_log_stops_open_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, len) = write_300_entries(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 3;
+        bytes[middle] ^= 0x20;
+        std::fs::write(&path, &bytes).unwrap();
+
+        let err = LogFile::open(dir.path()).expect_err("corruption before the tail is refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let corrupt = err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<CorruptLog>())
+            .expect("the error is a CorruptLog");
+        assert_eq!(corrupt.path, path);
+        let offset = corrupt.source.offset();
+        assert!(
+            offset <= middle && middle - offset < 200,
+            "{offset} vs {middle}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains(&format!("offset {offset}")), "{text}");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len,
+            "nothing is cut from a corrupt log"
+        );
+    }
+
+    #[test]
+    fn a_record_cut_short_at_the_end_is_dropped_and_everything_before_is_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, len) = write_300_entries(dir.path());
+        // The vote frame (the last) loses its last 5 bytes, as if the write was torn.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 5).unwrap();
+        drop(f);
+        let log = LogFile::open(dir.path()).unwrap();
+        assert_eq!(log.entry_count(), 300);
+        assert_eq!(log.last_log_id(), Some(entry(1, 300).log_id));
+        assert_eq!(log.vote(), None, "the torn vote is not replayed");
+        let vote_frame = encode(&Record::Vote(Vote::new(3, 1))).unwrap().len() as u64;
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len - vote_frame);
+        assert_eq!(log.file_bytes(), len - vote_frame);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! that is fsynced before each append, vote, truncate or purge is acknowledged.
 //! Why not sled for the log: `docs/adr/0002-raft-log-durability.md`.
 
-mod crc32;
 mod log_file;
 mod record;
+mod replay;
 
 use std::fmt::Debug;
 use std::io;
@@ -17,6 +17,7 @@ use openraft::{OptionalSend, RaftLogReader, StorageIOError};
 
 pub use log_file::{COMPACT_MIN_BYTES, LOG_FILE_NAME, LogFile};
 use record::Record;
+pub use replay::{CorruptLog, FrameDamage, ReplayError, SCAN_BUDGET_BYTES};
 
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
 

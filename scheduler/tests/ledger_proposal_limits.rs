@@ -1,0 +1,78 @@
+//! A cycle's plan larger than one proposal of the replicated ledger (4 MiB serialized).
+//!
+//! Regression: the client refused such a proposal outright ("split the plan"), the
+//! scheduler reported a ledger error and planned the same gangs again next cycle, for ever:
+//! `phalanx simulate --nodes 20000 --jobs 12000 --replicas 3` never ended. The plan is now
+//! cut into proposals under the limit.
+
+use phalanx_scheduler::framework::{GangPlacement, Placement};
+use phalanx_scheduler::ledger::sharded::{Fence, command_sizes, gang_verdicts, place_at};
+use phalanx_scheduler::ledger::{PlacementLedger, RaftLedger, Verdict};
+use phalanx_scheduler::model::{Node, ObjectKey, Resources};
+use phalanx_statestore::ledger::PlacementState;
+
+const NODES: usize = 2_000;
+/// 4,000 gangs of 8 pods with long names: about 5 MB of placements.
+const GANGS: usize = 4_000;
+const PODS_PER_GANG: usize = 8;
+
+fn gpus(n: i64) -> Resources {
+    Resources::from_pairs([("nvidia.com/gpu", n)])
+}
+
+fn nodes() -> Vec<Node> {
+    (0..NODES)
+        .map(|i| Node::new(format!("node-{i:05}"), gpus(16)))
+        .collect()
+}
+
+fn plan() -> Vec<GangPlacement> {
+    (0..GANGS)
+        .map(|g| GangPlacement {
+            gang: ObjectKey::new("a-namespace-with-a-long-name", format!("training-job-{g:05}")),
+            placements: (0..PODS_PER_GANG)
+                .map(|p| Placement {
+                    pod: ObjectKey::new(
+                        "a-namespace-with-a-long-name",
+                        format!("training-job-{g:05}-worker-{p}"),
+                    ),
+                    node: format!("node-{:05}", (g * PODS_PER_GANG + p) % NODES),
+                    resources: gpus(1),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger() {
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    let nodes = nodes();
+    let refs: Vec<&Node> = nodes.iter().collect();
+    ledger.load(&refs, &[]).expect("loads");
+    let verdicts = ledger.commit(&plan()).expect("the plan is proposed in pieces");
+    assert_eq!(verdicts.len(), GANGS);
+    assert!(verdicts.iter().all(|v| *v == Verdict::Accepted), "{:?}", &verdicts[..3]);
+    let state = ledger.state().expect("readable");
+    assert_eq!(state.placements.len(), GANGS * PODS_PER_GANG);
+    assert!(
+        state
+            .placements
+            .values()
+            .all(|p| p.state == PlacementState::Assumed)
+    );
+}
+
+#[test]
+fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    let nodes = nodes();
+    let refs: Vec<&Node> = nodes.iter().collect();
+    ledger.load(&refs, &[]).expect("loads");
+    let cmds = place_at(Fence::SINGLE, &plan());
+    let sizes = command_sizes(&cmds);
+    let responses = ledger.propose_raw(cmds).expect("proposed in pieces");
+    let verdicts = gang_verdicts(&responses, &sizes);
+    assert_eq!(verdicts.len(), GANGS);
+    assert!(verdicts.iter().all(|v| *v == Verdict::Accepted), "{:?}", &verdicts[..3]);
+}
