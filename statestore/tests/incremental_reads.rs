@@ -209,3 +209,95 @@ async fn a_ledger_of_100000_placements_is_read_in_pages_then_only_its_changes() 
     assert_eq!(mirror.state(), &leader_state(&cluster, resync.index).await);
     cluster.shutdown().await.unwrap();
 }
+
+/// Small pages while a writer moves placements between nodes: every pass mixes indexes,
+/// and the mirror must still settle on one index. A torn mix would show as a usage index
+/// that disagrees with the placements (`check_all`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paged_read_during_writes_settles_on_one_index() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start_local_cluster_with(
+        3,
+        dir.path(),
+        ReplicaConfig {
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
+            ..ReplicaConfig::default()
+        },
+    )
+    .await
+    .expect("cluster starts");
+    let client = Arc::new(cluster.client());
+    let mut seed = vec![LedgerCommand::AssignShard {
+        shard: 0,
+        owner: 1,
+        epoch: 1,
+        proposer: None,
+    }];
+    seed.extend((0..20).map(|n| LedgerCommand::UpsertNode {
+        node: node(n),
+        allocatable: ResourceVec::from_pairs([("cpu", 1_000_000)]),
+        shard: 0,
+    }));
+    client
+        .propose(&LedgerBatch { commands: seed })
+        .await
+        .expect("seed commits");
+    let one = |i: usize, n: usize| GangPlacement {
+        gang: pod(i),
+        pods: vec![PodPlacement {
+            pod: pod(i),
+            node: node(n % 20),
+            resources: ResourceVec::from_pairs([("cpu", 1 + i as i64)]),
+        }],
+    };
+    client
+        .place_gangs(0, 1, (0..1_000).map(|i| one(i, i)).collect())
+        .await
+        .expect("placed");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (client.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut moves = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let i = moves % 1_000;
+                let release = LedgerCommand::Release {
+                    shard: 0,
+                    epoch: 1,
+                    pods: vec![pod(i)],
+                    reason: ReleaseReason::Evicted,
+                };
+                let place = LedgerCommand::PlaceGangs {
+                    shard: 0,
+                    epoch: 1,
+                    gangs: vec![one(i, i + moves / 1_000 + 1)],
+                };
+                client
+                    .propose(&LedgerBatch {
+                        commands: vec![release, place],
+                    })
+                    .await
+                    .expect("moved");
+                moves += 1;
+            }
+            moves
+        })
+    };
+    let mut mirror = LedgerMirror::with_page_bytes(4_096);
+    let during = mirror.refresh(&client).await.expect("settles");
+    stop.store(true, Ordering::Relaxed);
+    let moves = writer.await.expect("writer ends");
+    eprintln!("paged read during {moves} moves: {during:?}");
+    assert!(during.pages > 10, "{during:?}");
+    let torn = phalanx_statestore::ledger::check_all(mirror.state());
+    assert!(torn.is_empty(), "{torn:?}");
+    let after = mirror.refresh(&client).await.expect("catches up");
+    assert_eq!(mirror.state(), &leader_state(&cluster, after.index).await);
+    cluster.shutdown().await.unwrap();
+}

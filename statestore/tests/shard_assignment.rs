@@ -33,7 +33,7 @@ fn assign(owner: u64, epoch: u64, proposer: Option<LeaderTerm>) -> LedgerCommand
 
 /// Shard 1 owned by replica 1 at epoch 1, and one node in its pool.
 async fn seeded() -> (tempfile::TempDir, LocalCluster, LedgerClient) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let cluster = start_local_cluster_with(3, dir.path(), test_config())
         .await
         .expect("cluster starts");

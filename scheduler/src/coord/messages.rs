@@ -286,7 +286,7 @@ pub fn reserve_result(shard: ShardId, response: &LedgerResponse) -> LedgerResult
                 GangDecision::Accepted => LedgerResult::Reserved { shard },
                 GangDecision::Refused(r) => refused(r.clone()),
             },
-            _ => refused(unexpected("TxnReserve", response)),
+            [] | [_, _, ..] => refused(unexpected("TxnReserve", response)),
         },
         LedgerResponse::Applied | LedgerResponse::Pods { .. } | LedgerResponse::Expired { .. } => {
             refused(unexpected("TxnReserve", response))
