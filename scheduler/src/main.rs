@@ -37,7 +37,7 @@ enum Command {
     /// generated from phalanx's types, as multi-document YAML (deploy/crds/ holds them).
     Crds,
     /// Run one scheduler replica against a Kubernetes API server. Each replica hosts one
-    /// ledger replica; the ledger's Raft leader schedules, the others stand by.
+    /// ledger replica and schedules the shards the ledger's Raft leader assigns it.
     Serve(Box<ServeArgs>),
 }
 
@@ -93,6 +93,22 @@ struct ServeArgs {
     /// absent; existing ones (phalanx's or Volcano's) are left as they are.
     #[arg(long)]
     install_crds: bool,
+    /// Shards (1 to 1024): queues and nodes are split into shards by a stable hash and each
+    /// live replica schedules the shards the Raft leader assigns it. 1: one replica
+    /// schedules the whole cluster, the others stand by.
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// Put nodes in shards by the value of this label (e.g. topology.kubernetes.io/zone);
+    /// nodes without it go by their name.
+    #[arg(long, value_name = "KEY")]
+    shard_by_label: Option<String>,
+    /// A replica whose Lease has not been renewed for this long (ms, 1 to 600000, at least
+    /// twice --period-ms) loses its shards to the live replicas.
+    #[arg(long, default_value_t = 3000)]
+    shard_lease_ms: u64,
+    /// Namespace of the replicas' Lease objects (coordination.k8s.io/v1).
+    #[arg(long, default_value = "default", value_name = "NAMESPACE")]
+    lease_namespace: String,
 }
 
 #[derive(Args, Debug)]
@@ -251,7 +267,20 @@ fn serve(args: ServeArgs) -> ExitCode {
         conf,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
         install_crds: args.install_crds,
+        shards: args.shards,
+        shard_by_label: args.shard_by_label,
+        shard_lease_ms: args.shard_lease_ms,
+        lease_namespace: args.lease_namespace,
     };
+    if let Err(e) = check_sharding_flags(
+        opts.shards,
+        opts.shard_by_label.as_deref(),
+        opts.shard_lease_ms,
+        opts.period_ms,
+    ) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -259,6 +288,40 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--shards`, `--shard-by-label` and `--shard-lease-ms`, as serve and simulate check them.
+fn check_sharding_flags(
+    shards: u32,
+    by_label: Option<&str>,
+    lease_ms: u64,
+    period_ms: u64,
+) -> Result<(), String> {
+    if !(1..=MAX_SHARDS).contains(&shards) {
+        return Err(format!("--shards {shards}: must be 1 to {MAX_SHARDS}"));
+    }
+    let config = ShardingConfig {
+        shards,
+        by_label: by_label.map(str::to_string),
+        ..ShardingConfig::default()
+    };
+    if let Err(e) = config.validate() {
+        return Err(format!(
+            "--shard-by-label {:?}: {e}",
+            by_label.unwrap_or_default()
+        ));
+    }
+    if !(1..=600_000).contains(&lease_ms) {
+        return Err(format!(
+            "--shard-lease-ms {lease_ms}: must be 1 to 600000 (milliseconds)"
+        ));
+    }
+    if shards > 1 && lease_ms < period_ms.saturating_mul(2) {
+        return Err(format!(
+            "--shard-lease-ms {lease_ms}: must be at least twice --period-ms {period_ms} (replicas heartbeat once a round; a shorter lease declares live replicas dead)"
+        ));
+    }
+    Ok(())
 }
 
 fn crds() -> ExitCode {
@@ -328,39 +391,17 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    if !(1..=MAX_SHARDS).contains(&args.shards) {
-        eprintln!("error: --shards {}: must be 1 to {MAX_SHARDS}", args.shards);
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     if !(1..=9).contains(&args.replicas) {
         eprintln!("error: --replicas {}: must be 1 to 9", args.replicas);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let sharding_check = ShardingConfig {
-        shards: args.shards,
-        by_label: args.shard_by_label.clone(),
-        ..ShardingConfig::default()
-    }
-    .validate();
-    if let Err(e) = sharding_check {
-        eprintln!(
-            "error: --shard-by-label {:?}: {e}",
-            args.shard_by_label.as_deref().unwrap_or_default()
-        );
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
-    if !(1..=600_000).contains(&args.shard_lease_ms) {
-        eprintln!(
-            "error: --shard-lease-ms {}: must be 1 to 600000 (milliseconds)",
-            args.shard_lease_ms
-        );
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
-    if args.shards > 1 && args.shard_lease_ms < 2 * args.period_ms {
-        eprintln!(
-            "error: --shard-lease-ms {}: must be at least twice --period-ms {} (replicas heartbeat once a round; a shorter lease declares live replicas dead)",
-            args.shard_lease_ms, args.period_ms
-        );
+    if let Err(e) = check_sharding_flags(
+        args.shards,
+        args.shard_by_label.as_deref(),
+        args.shard_lease_ms,
+        args.period_ms,
+    ) {
+        eprintln!("error: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     if let Err(e) = args.home_pool.parse::<HomePool>() {

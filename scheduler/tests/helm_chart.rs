@@ -213,6 +213,20 @@ fn the_cluster_role_grants_exactly_what_serve_uses() {
         json!([{"kind": "ServiceAccount", "name": "phalanx", "namespace": NS}])
     );
     assert_eq!(binding["roleRef"]["name"], json!("phalanx"));
+    // Leases (liveness for shard assignment): in the release's namespace only.
+    let role = find(&docs, "Role", "phalanx-leases");
+    assert_eq!(role["metadata"]["namespace"], json!(NS));
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "create", "patch"]}])
+    );
+    let binding = find(&docs, "RoleBinding", "phalanx-leases");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "phalanx", "namespace": NS}])
+    );
+    assert_eq!(binding["roleRef"]["kind"], json!("Role"));
+    assert!(args(&docs).contains(&format!("--lease-namespace={NS}")));
     let sts = statefulset(&docs);
     assert_eq!(
         sts["spec"]["template"]["spec"]["serviceAccountName"],
@@ -339,6 +353,9 @@ fn serve_flags_and_resources_follow_the_values() {
             "scheduler.syncTimeoutSeconds=120",
             "scheduler.logLevel=debug",
             "scheduler.extraArgs[0]=--install-nothing",
+            "scheduler.shards=4",
+            "scheduler.shardByLabel=topology.kubernetes.io/zone",
+            "scheduler.shardLeaseMs=900",
             "resources.limits.memory=3Gi",
             "priorityClassName=",
         ],
@@ -351,6 +368,9 @@ fn serve_flags_and_resources_follow_the_values() {
         "--kube-burst=40",
         "--sync-timeout-s=120",
         "--install-nothing",
+        "--shards=4",
+        "--shard-by-label=topology.kubernetes.io/zone",
+        "--shard-lease-ms=900",
     ] {
         assert!(a.contains(&want.to_string()), "{want} in {a:?}");
     }
@@ -429,6 +449,9 @@ fn bad_values_are_refused_with_the_key_named() {
         ("scheduler.periodMs=1", "periodMs"),
         ("persistence.size=lots", "size"),
         ("replicaz=3", "replicaz"),
+        ("scheduler.shards=0", "shards"),
+        ("scheduler.shardByLabel=a b", "shardByLabel"),
+        ("scheduler.shards=4,scheduler.shardLeaseMs=1500", "shardLeaseMs 1500"),
     ] {
         let err = helm_chart::chart::render_err(NS, &[set]);
         assert!(err.contains(says), "--set {set}: {err}");

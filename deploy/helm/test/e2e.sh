@@ -199,7 +199,9 @@ needed_rights() {
     "list queues.scheduling.volcano.sh" "watch queues.scheduling.volcano.sh" \
     "create pods --subresource=binding -n team-a" \
     "create pods --subresource=eviction -n team-a" \
-    "create events.events.k8s.io -n team-a"; do
+    "create events.events.k8s.io -n team-a" \
+    "list leases.coordination.k8s.io -n $NS" "create leases.coordination.k8s.io -n $NS" \
+    "patch leases.coordination.k8s.io -n $NS"; do
     # shellcheck disable=SC2086 # each entry is verb, resource and flags
     can $r || { echo "the service account cannot: $r"; return 1; }
   done
@@ -211,7 +213,8 @@ dangerous_rights() {
     "get secrets -n $NS" "list secrets" "create customresourcedefinitions.apiextensions.k8s.io" \
     "update podgroups.scheduling.volcano.sh" "create podgroups.scheduling.volcano.sh" \
     "update queues.scheduling.volcano.sh" "create events -n team-a" "* *" \
-    "create clusterrolebindings.rbac.authorization.k8s.io" "impersonate serviceaccounts"; do
+    "create clusterrolebindings.rbac.authorization.k8s.io" "impersonate serviceaccounts" \
+    "patch leases.coordination.k8s.io -n team-a" "delete leases.coordination.k8s.io -n $NS"; do
     # shellcheck disable=SC2086
     cannot $r || { echo "the service account CAN: $r"; return 1; }
   done

@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// Consecutive periods in which taking the shard failed before `/readyz` says so: one or
+/// Consecutive periods in which the leader duties (nodes, shard assignment) failed before `/readyz` says so: one or
 /// two failures are an election or a lost answer, retried next period.
 pub const MAX_TAKE_FAILURES: u32 = 3;
 
@@ -25,8 +25,8 @@ pub const MAX_TAKE_FAILURES: u32 = 3;
 pub struct Health {
     pub caches_synced: AtomicBool,
     pub ledger_has_leader: AtomicBool,
-    /// Consecutive periods in which this replica led but failed to take its shard (0 once
-    /// it owns the shard, or while it stands by).
+    /// Consecutive periods in which this replica led but its leader duties failed (0 once
+    /// its duties succeed, or while it does not lead).
     pub take_failures: AtomicU32,
     /// The shard's epoch cannot increase any more: no replica can take it again.
     pub epoch_exhausted: AtomicBool,
@@ -48,7 +48,7 @@ impl Health {
         let failures = self.take_failures.load(Ordering::Relaxed);
         if failures >= MAX_TAKE_FAILURES {
             why.push(format!(
-                "taking the shard failed {failures} periods in a row"
+                "the leader's shard assignment failed {failures} periods in a row"
             ));
         }
         why
@@ -58,7 +58,7 @@ impl Health {
         self.not_ready().is_empty()
     }
 
-    /// The shard is owned (or there is nothing to take: the replica stands by).
+    /// The leader duties succeeded (or there are none: the replica does not lead).
     pub fn shard_taken(&self) {
         self.take_failures.store(0, Ordering::Relaxed);
         self.epoch_exhausted.store(false, Ordering::Relaxed);

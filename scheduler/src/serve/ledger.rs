@@ -1,12 +1,12 @@
 //! The ledger as one `phalanx serve` replica sees it: the replicated ledger reached through
-//! the typed client, written at the shard epoch this replica owns; and the reconciliation
-//! that keeps the ledger equal to the cluster (nodes, pods bound by anyone, placements whose
-//! pods finished, and placements committed but not bound yet).
+//! the typed client, written at the epochs of the shards this replica owns; and the
+//! reconciliation that keeps the ledger equal to the cluster for those shards (pods bound
+//! by anyone, placements whose pods finished, and placements committed but not bound yet).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use phalanx_statestore::ledger::PlacementState;
+use phalanx_statestore::ledger::{Epoch, PlacementState, ShardId};
 use phalanx_statestore::{GangPlacement as LedgerGang, PodPlacement};
 use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse, LedgerState};
 use tokio::runtime::Handle;
@@ -40,6 +40,13 @@ impl ServeLedger {
             shard,
             epoch,
         }
+    }
+
+    /// This ledger, writing at `fence` (commits, marks and releases of that shard).
+    pub fn at(&mut self, fence: crate::ledger::sharded::Fence) -> &mut Self {
+        self.shard = fence.shard;
+        self.epoch = fence.epoch;
+        self
     }
 }
 
@@ -77,9 +84,6 @@ pub fn next_epoch(shard: u32, current: u64) -> Result<u64, LedgerError> {
 /// What one reconciliation did.
 #[derive(Debug, Default)]
 pub struct Reconciled {
-    pub nodes_upserted: usize,
-    /// Nodes deleted from the cluster and dropped from the ledger.
-    pub nodes_removed: usize,
     /// Placements committed but not bound that were bound now (after a failover or a lost
     /// answer).
     pub bound: Vec<ObjectKey>,
@@ -89,80 +93,74 @@ pub struct Reconciled {
     pub warnings: Vec<String>,
 }
 
-/// Brings the ledger in line with the cluster, then binds what the ledger holds for pods
-/// that are still pending:
-/// - nodes: registered (or their allocatable updated) in `shard`;
+/// One owned shard's writes of a reconciliation.
+#[derive(Default)]
+struct ShardWrites {
+    release_finished: Vec<String>,
+    release_failed: Vec<String>,
+    mark: Vec<String>,
+    account: Vec<LedgerGang>,
+}
+
+/// Brings the ledger in line with the cluster for the shards this replica owns (`owned`:
+/// shard -> epoch, as the ledger said this period), then binds what the ledger holds for
+/// their pods that are still pending. Only placements made by an owned shard are touched,
+/// each written at its shard's epoch, so a placement committed by the previous owner of a
+/// shard is bound by whoever owns the shard next:
 /// - a placement whose pod is gone (the API server says 404) or finished, or is bound
 ///   elsewhere, is released;
 /// - a placement whose pod is bound there is marked bound;
 /// - a placement whose pod (ours) is pending is bound now; if that fails it is released;
-/// - a pod that holds a node without a placement is entered as a bound one-pod gang.
+/// - a pod that holds a node of an owned shard's pool without a placement is entered as a
+///   bound one-pod gang.
+///
+/// Nodes are the leader's to register and remove (`leader.rs`).
 pub fn reconcile(
     ledger: &mut ServeLedger,
     cluster: &mut KubeCluster,
     snapshot: &ClusterSnapshot,
     scheduler_name: &str,
+    owned: &BTreeMap<ShardId, Epoch>,
 ) -> Result<Reconciled, LedgerError> {
     let mut out = Reconciled::default();
     let state = ledger.read_state()?;
-    let (shard, epoch) = ledger.lease();
-
-    let nodes: Vec<LedgerCommand> = snapshot
-        .nodes
-        .iter()
-        .filter_map(|n| {
-            let alloc = resource_vec(&n.allocatable);
-            let known = state.nodes.get(&n.name);
-            (known.map(|k| (&k.allocatable, k.shard)) != Some((&alloc, shard))).then(|| {
-                LedgerCommand::UpsertNode {
-                    node: n.name.clone(),
-                    allocatable: alloc,
-                    shard,
-                }
-            })
-        })
-        .collect();
-    out.nodes_upserted = nodes.len();
-    for cmd in nodes {
-        // One at a time: a node whose new allocatable is below its usage is refused alone.
-        if let Err(e) = ledger.propose_all(vec![cmd]) {
-            out.warnings.push(format!("registering a node: {e}"));
-        }
-    }
-
+    let mut writes: BTreeMap<ShardId, ShardWrites> = BTreeMap::new();
     let pods: HashMap<String, &crate::model::Pod> = snapshot
         .pods
         .iter()
         .map(|p| (p.key.to_string(), p.as_ref()))
         .collect();
-    let mut release_finished = Vec::new();
-    let mut release_failed = Vec::new();
-    let mut mark = Vec::new();
     for (key, placement) in &state.placements {
+        if !owned.contains_key(&placement.shard)
+            || matches!(placement.state, PlacementState::Reserved { .. })
+        {
+            continue;
+        }
+        let w = writes.entry(placement.shard).or_default();
         let Some(pod) = pods.get(key) else {
             // Absent from this replica's cache: gone, or created so recently that the cache
             // has not seen it (a new owner's cache may lag the old owner's). Only the API
             // server's 404 releases the placement; until then it keeps its capacity.
             if cluster.pod_is_gone(&ObjectKey::parse(key)) {
-                release_finished.push(key.clone());
+                w.release_finished.push(key.clone());
             }
             continue;
         };
         if pod.is_terminated() {
-            release_finished.push(key.clone());
+            w.release_finished.push(key.clone());
             continue;
         }
         match &pod.node_name {
             Some(node) if *node == placement.node => {
                 if placement.state != PlacementState::Bound {
-                    mark.push(key.clone());
+                    w.mark.push(key.clone());
                 }
             }
-            Some(_) => release_failed.push(key.clone()),
+            Some(_) => w.release_failed.push(key.clone()),
             None if pod.scheduler_name == scheduler_name => {
                 match cluster.bind(&pod.key, &placement.node) {
                     Ok(()) => {
-                        mark.push(key.clone());
+                        w.mark.push(key.clone());
                         out.bound.push(pod.key.clone());
                     }
                     Err(e) => {
@@ -170,23 +168,64 @@ pub fn reconcile(
                             "binding committed pod {key} to {}: {e}",
                             placement.node
                         ));
-                        release_failed.push(key.clone());
+                        w.release_failed.push(key.clone());
                     }
                 }
             }
-            None => release_failed.push(key.clone()),
+            None => w.release_failed.push(key.clone()),
         }
     }
+    // Pods holding nodes that the ledger does not know: bound before phalanx started, or by
+    // another scheduler. They are accounted as bound one-pod gangs by the owner of the
+    // node's pool.
+    for p in snapshot.pods.iter().filter(|p| p.occupies_node()) {
+        let key = p.key.to_string();
+        let released = writes.values().any(|w| w.release_failed.contains(&key));
+        if state.placements.contains_key(&key) && !released {
+            continue;
+        }
+        let Some(node) = p.node_name.clone() else {
+            continue;
+        };
+        // A pod on a node the ledger does not know (yet) cannot be placed there.
+        let Some(shard) = state.nodes.get(&node).map(|n| n.shard) else {
+            continue;
+        };
+        if owned.contains_key(&shard) {
+            writes.entry(shard).or_default().account.push(LedgerGang {
+                gang: key.clone(),
+                pods: vec![PodPlacement {
+                    pod: key,
+                    node,
+                    resources: resource_vec(&p.requests),
+                }],
+            });
+        }
+    }
+    for (shard, w) in writes {
+        let epoch = owned[&shard];
+        write_shard(ledger, (shard, epoch), w, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Proposes one owned shard's releases, marks and accounted pods at its epoch.
+fn write_shard(
+    ledger: &mut ServeLedger,
+    (shard, epoch): (ShardId, Epoch),
+    w: ShardWrites,
+    out: &mut Reconciled,
+) -> Result<(), LedgerError> {
     let propose = |ledger: &mut ServeLedger, cmds: Vec<LedgerCommand>| -> Result<(), LedgerError> {
         if cmds.is_empty() {
             return Ok(());
         }
         ledger.propose_all(cmds).map(|_| ())
     };
-    out.released = release_finished.len() + release_failed.len();
+    out.released += w.release_finished.len() + w.release_failed.len();
     propose(
         ledger,
-        pod_commands(&release_finished, |pods| LedgerCommand::Release {
+        pod_commands(&w.release_finished, |pods| LedgerCommand::Release {
             shard,
             epoch,
             pods,
@@ -195,7 +234,7 @@ pub fn reconcile(
     )?;
     propose(
         ledger,
-        pod_commands(&release_failed, |pods| LedgerCommand::Release {
+        pod_commands(&w.release_failed, |pods| LedgerCommand::Release {
             shard,
             epoch,
             pods,
@@ -204,104 +243,35 @@ pub fn reconcile(
     )?;
     propose(
         ledger,
-        pod_commands(&mark, |pods| LedgerCommand::MarkBound {
+        pod_commands(&w.mark, |pods| LedgerCommand::MarkBound {
             shard,
             epoch,
             pods,
         }),
     )?;
-
-    // Pods holding nodes that the ledger does not know: bound before phalanx started, or by
-    // another scheduler. They are accounted as bound one-pod gangs.
-    let released: std::collections::HashSet<&String> = release_failed.iter().collect();
-    let gangs: Vec<LedgerGang> = snapshot
-        .pods
-        .iter()
-        .filter(|p| p.occupies_node())
-        .filter(|p| {
-            let key = p.key.to_string();
-            !state.placements.contains_key(&key) || released.contains(&key)
-        })
-        .filter_map(|p| {
-            let node = p.node_name.clone()?;
-            // A pod on a node the ledger does not know (yet) cannot be placed there.
-            if !snapshot.nodes.iter().any(|n| n.name == node) {
-                return None;
-            }
-            Some(LedgerGang {
-                gang: p.key.to_string(),
-                pods: vec![PodPlacement {
-                    pod: p.key.to_string(),
-                    node,
-                    resources: resource_vec(&p.requests),
-                }],
-            })
-        })
-        .collect();
-    if !gangs.is_empty() {
-        let outcomes = verdicts(ledger.propose_all(place_gangs_at((shard, epoch), &gangs))?)?;
-        let mut accounted = Vec::new();
-        for (g, v) in gangs.iter().zip(outcomes) {
-            match v {
-                Verdict::Accepted => accounted.push(g.gang.clone()),
-                Verdict::Refused(r) | Verdict::InDoubt(r) => out.warnings.push(format!(
-                    "pod {} holds a node but the ledger refused it: {r}",
-                    g.gang
-                )),
-            }
-        }
-        out.accounted = accounted.len();
-        propose(
-            ledger,
-            pod_commands(&accounted, |pods| LedgerCommand::MarkBound {
-                shard,
-                epoch,
-                pods,
-            }),
-        )?;
+    if w.account.is_empty() {
+        return Ok(());
     }
-
-    let releasing: HashSet<&str> = release_finished
-        .iter()
-        .chain(&release_failed)
-        .map(String::as_str)
-        .collect();
-    let live: HashSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
-    for node in deleted_nodes(&state, shard, &live, &releasing) {
-        match ledger.propose_all(vec![LedgerCommand::RemoveNode { node: node.clone() }]) {
-            Ok(_) => out.nodes_removed += 1,
-            Err(e) => out
-                .warnings
-                .push(format!("removing deleted node {node}: {e}")),
+    let outcomes = verdicts(ledger.propose_all(place_gangs_at((shard, epoch), &w.account))?)?;
+    let mut accounted = Vec::new();
+    for (g, v) in w.account.iter().zip(outcomes) {
+        match v {
+            Verdict::Accepted => accounted.push(g.gang.clone()),
+            Verdict::Refused(r) | Verdict::InDoubt(r) => out.warnings.push(format!(
+                "pod {} holds a node but the ledger refused it: {r}",
+                g.gang
+            )),
         }
     }
-    Ok(out)
-}
-
-/// Nodes of `shard` that the ledger holds but the cluster no longer has, and that hold no
-/// placement once `releasing` is released. A deleted node that still holds placements
-/// (pods bound to it and not yet gone) stays until they go: the ledger refuses to drop a
-/// node with placements, and keeping it costs nothing since no plan can choose it.
-fn deleted_nodes(
-    state: &LedgerState,
-    shard: u32,
-    live: &HashSet<&str>,
-    releasing: &HashSet<&str>,
-) -> Vec<String> {
-    let held: HashSet<&str> = state
-        .placements
-        .iter()
-        .filter(|(pod, _)| !releasing.contains(pod.as_str()))
-        .map(|(_, p)| p.node.as_str())
-        .collect();
-    state
-        .nodes
-        .iter()
-        .filter(|(name, n)| {
-            n.shard == shard && !live.contains(name.as_str()) && !held.contains(name.as_str())
-        })
-        .map(|(name, _)| name.clone())
-        .collect()
+    out.accounted += accounted.len();
+    propose(
+        ledger,
+        pod_commands(&accounted, |pods| LedgerCommand::MarkBound {
+            shard,
+            epoch,
+            pods,
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -413,46 +383,5 @@ mod tests {
             );
             assert!(e.to_string().contains("shard 3"), "{e}");
         }
-    }
-
-    /// Regression: nodes deleted from the cluster stayed in the ledger for ever. They are
-    /// dropped once nothing is placed on them (counting placements this pass releases),
-    /// and only from the reconciling replica's shard.
-    #[test]
-    fn deleted_nodes_leave_the_ledger_once_nothing_is_placed_on_them() {
-        let mut ledger = Leased {
-            inner: LocalLedger::new(),
-            epoch: 1,
-        };
-        let gpus = || Resources::from_pairs([("nvidia.com/gpu", 2)]);
-        let (n1, n2, n3) = (
-            Node::new("n1", gpus()),
-            Node::new("n2", gpus()),
-            Node::new("n3", gpus()),
-        );
-        ledger.load(&[&n1, &n2, &n3], &[]).expect("loads");
-        assert_eq!(
-            ledger.commit(&[gang("a")]).expect("commits"),
-            vec![Verdict::Accepted]
-        );
-        let mut state = ledger.read_state().expect("reads");
-        // n4 belongs to another shard: never this replica's to remove.
-        state.nodes.insert("n4".into(), {
-            let mut other = state.nodes["n3"].clone();
-            other.shard = 7;
-            other
-        });
-        let live: HashSet<&str> = ["n3"].into_iter().collect();
-        // n1 still holds pod a; n2 is empty: only n2 goes.
-        assert_eq!(
-            deleted_nodes(&state, 0, &live, &HashSet::new()),
-            vec!["n2".to_string()]
-        );
-        // Once pod a is being released, n1 goes too.
-        let releasing: HashSet<&str> = ["default/a"].into_iter().collect();
-        assert_eq!(
-            deleted_nodes(&state, 0, &live, &releasing),
-            vec!["n1".to_string(), "n2".to_string()]
-        );
     }
 }

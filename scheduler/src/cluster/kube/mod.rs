@@ -67,6 +67,8 @@ pub const VOLCANO_VERSION: &str = "v1beta1";
 pub const BIND_PARALLELISM: usize = 16;
 /// `reportingController` of the Events phalanx writes.
 pub const REPORTING_CONTROLLER: &str = "phalanx.dev/scheduler";
+/// The annotation that names the replica that bound a pod (`KubeOptions::bound_by`).
+pub const BOUND_BY_ANNOTATION: &str = "phalanx.dev/bound-by";
 
 /// What the backend needs besides the connection.
 #[derive(Clone, Debug)]
@@ -81,6 +83,10 @@ pub struct KubeOptions {
     pub retry: RetryPolicy,
     /// `reportingInstance` of Events (e.g. `phalanx-1`).
     pub instance: String,
+    /// Set on every bound pod as the annotation [`BOUND_BY_ANNOTATION`] (the replica id),
+    /// in the same Binding request: the API server copies a Binding's annotations onto
+    /// the pod.
+    pub bound_by: Option<String>,
 }
 
 impl Default for KubeOptions {
@@ -91,6 +97,7 @@ impl Default for KubeOptions {
             sync_timeout: Duration::from_secs(60),
             retry: RetryPolicy::default(),
             instance: "phalanx".into(),
+            bound_by: None,
         }
     }
 }
@@ -542,6 +549,11 @@ impl KubeCluster {
             metadata: ObjectMeta {
                 name: Some(pod.name.clone()),
                 namespace: Some(pod.namespace.clone()),
+                annotations: self
+                    .options
+                    .bound_by
+                    .as_ref()
+                    .map(|id| BTreeMap::from([(BOUND_BY_ANNOTATION.to_string(), id.clone())])),
                 ..ObjectMeta::default()
             },
             target: core::ObjectReference {

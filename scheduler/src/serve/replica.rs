@@ -1,0 +1,405 @@
+//! `ShardedReplica`: what one `phalanx serve` replica does each period.
+//!
+//! ```text
+//!  renew its Lease ─▶ Raft leader? ── yes ─▶ leader duties: Leases → live replicas;
+//!        │                                   ledger nodes/owners → UpsertNode/RemoveNode,
+//!        │                                   assign_shards → AssignShard{…, proposer: term}
+//!        ▼
+//!  read the owners from the ledger → the shards it owns (shard → epoch)
+//!  none ─▶ stand by
+//!  else ─▶ reconcile its shards → plan its shards (scoped cycle) → evict
+//!          → route each gang: one owned pool → PlaceGangs at (shard, epoch); else kept back
+//!          → bind the accepted gangs → MarkBound per shard → statuses + Events
+//! ```
+//!
+//! Owners are read from the ledger every period and never remembered across periods: a
+//! replica that lost a shard (the ledger names another owner, or refuses a write as
+//! fenced) binds nothing more for it from that moment on.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use metrics::{counter, gauge, histogram};
+use phalanx_statestore::LedgerState;
+use phalanx_statestore::ledger::{Epoch, LeaderTerm, ReplicaId, ShardId};
+
+use super::http::Health;
+use super::leader::{node_commands, owners, shard_moves};
+use super::lease::ReplicaLeases;
+use super::ledger::{ServeLedger, next_epoch, reconcile};
+use super::liveness::LeaseWatch;
+use super::route::{NotLocal, kept_back_status, route};
+use super::{ServeOptions, metric};
+use crate::cluster::kube::KubeCluster;
+use crate::cluster::{Cluster, ClusterSnapshot};
+use crate::framework::{CycleScope, GangPlacement, HomePool, run_cycle, run_cycle_scoped};
+use crate::ledger::sharded::Fence;
+use crate::ledger::{LedgerBackend, LedgerError, PlacementLedger, ReleaseReason, Verdict};
+use crate::model::ObjectKey;
+use crate::shard::ShardMap;
+
+/// One replica's scheduling side.
+#[derive(Debug)]
+pub struct ShardedReplica {
+    opts: ServeOptions,
+    map: ShardMap,
+    /// Reads (through its mirror) and writes, re-pointed at each owned shard's fence.
+    ledger: ServeLedger,
+    leases: ReplicaLeases,
+    health: Arc<Health>,
+    /// Raft members: the only replicas that may own a shard.
+    members: BTreeSet<ReplicaId>,
+    /// Shard -> epoch owned this period, as the ledger said.
+    owned: BTreeMap<ShardId, Epoch>,
+    /// The liveness table, while this replica leads Raft (a new one each leadership).
+    watch: Option<LeaseWatch>,
+    /// Origin of this replica's monotonic milliseconds.
+    started: Instant,
+}
+
+impl ShardedReplica {
+    pub fn new(
+        opts: ServeOptions,
+        map: ShardMap,
+        ledger: ServeLedger,
+        leases: ReplicaLeases,
+        health: Arc<Health>,
+    ) -> Self {
+        let members = opts.peers.keys().copied().chain([opts.id]).collect();
+        Self {
+            opts,
+            map,
+            ledger,
+            leases,
+            health,
+            members,
+            owned: BTreeMap::new(),
+            watch: None,
+            started: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The shards owned now (shard -> epoch).
+    pub fn owned(&self) -> &BTreeMap<ShardId, Epoch> {
+        &self.owned
+    }
+
+    /// One period: renew the Lease, lead if `leading` (the Raft term this replica leads
+    /// in), then schedule the shards the ledger says this replica owns.
+    pub fn period(&mut self, cluster: &mut KubeCluster, leading: Option<u64>) {
+        match self.leases.renew(self.opts.id) {
+            Ok(()) => counter!(metric::LEASE_RENEWALS).increment(1),
+            Err(e) => {
+                counter!(metric::LEASE_RENEW_FAILURES).increment(1);
+                tracing::warn!(error = %e, "lease renewal failed");
+            }
+        }
+        let snapshot = cluster.snapshot();
+        match leading {
+            Some(term) => {
+                if self.watch.is_none() {
+                    tracing::info!(
+                        id = self.opts.id,
+                        term,
+                        "leading: waiting one lease before declaring any replica dead"
+                    );
+                }
+                if let Err(e) = self.lead(&snapshot, term) {
+                    counter!(metric::LEDGER_ERRORS).increment(1);
+                    self.health.take_failed(&e);
+                    tracing::warn!(error = %e, "leader duties failed; retrying next period");
+                }
+            }
+            None => {
+                self.watch = None;
+                self.health.shard_taken();
+            }
+        }
+        if let Err(e) = self.schedule(cluster, snapshot) {
+            counter!(metric::LEDGER_ERRORS).increment(1);
+            tracing::warn!(error = %e, "cycle failed");
+        }
+    }
+
+    /// Leader duties: liveness from the Leases, nodes into their shards, shard moves.
+    fn lead(&mut self, snapshot: &ClusterSnapshot, term: u64) -> Result<(), LedgerError> {
+        let now = self.now_ms();
+        let lease_ms = self.opts.shard_lease_ms;
+        let watch = self
+            .watch
+            .get_or_insert_with(|| LeaseWatch::new(lease_ms, now));
+        match self.leases.list() {
+            Ok(listed) => watch.observe(&listed, now),
+            Err(e) => tracing::warn!(error = %e, "listing the replica leases failed"),
+        }
+        let state = self.ledger.read_state()?;
+        for cmd in node_commands(&state, &snapshot.nodes, &self.map) {
+            // One at a time: a node whose new allocatable is below its usage is refused alone.
+            if let Err(e) = self.ledger.propose_all(vec![cmd]) {
+                tracing::warn!(error = %e, "registering or removing a node");
+            }
+        }
+        let current = owners(&state, self.opts.shards);
+        for shard in 0..self.opts.shards {
+            let owner = current.get(&shard).map_or(0, |(o, _)| *o);
+            gauge!(metric::SHARD_OWNER, "shard" => shard.to_string()).set(owner as f64);
+        }
+        let holders: BTreeSet<ReplicaId> = current.values().map(|(o, _)| *o).collect();
+        let live = watch.live(now, &holders, &self.members);
+        let proposer = LeaderTerm {
+            replica: self.opts.id,
+            term,
+        };
+        for (m, cmd) in shard_moves(&state, self.opts.shards, &live, proposer) {
+            next_epoch(m.shard, m.new_epoch.saturating_sub(1))?;
+            self.ledger.propose_all(vec![cmd])?;
+            counter!(metric::SHARD_MOVES).increment(1);
+            tracing::info!(shard = m.shard, from = ?m.from, to = m.to, epoch = m.new_epoch, ?live, "shard assigned");
+        }
+        self.health.shard_taken();
+        Ok(())
+    }
+
+    /// The shards `state` says this replica owns; notes what changed since last period.
+    fn refresh_owned(&mut self, state: &LedgerState) {
+        let now: BTreeMap<ShardId, Epoch> = owners(state, self.opts.shards)
+            .into_iter()
+            .filter(|(_, (o, _))| *o == self.opts.id)
+            .map(|(s, (_, e))| (s, e))
+            .collect();
+        for (shard, epoch) in &self.owned {
+            if now.get(shard) != Some(epoch) {
+                tracing::warn!(shard, epoch, "lost the shard: binding nothing more for it");
+                gauge!(metric::OWNED_EPOCH, "shard" => shard.to_string()).set(0.0);
+            }
+        }
+        for (shard, epoch) in &now {
+            if self.owned.get(shard) != Some(epoch) {
+                tracing::info!(id = self.opts.id, shard, epoch, "took shard");
+            }
+            gauge!(metric::OWNED_EPOCH, "shard" => shard.to_string()).set(*epoch as f64);
+        }
+        gauge!(metric::OWNED_SHARDS).set(now.len() as f64);
+        self.owned = now;
+    }
+
+    /// snapshot → reconcile → cycle → evict → commit per shard → bind → mark bound →
+    /// status/events, for the shards owned now.
+    fn schedule(
+        &mut self,
+        cluster: &mut KubeCluster,
+        snapshot: ClusterSnapshot,
+    ) -> Result<(), LedgerError> {
+        let started = Instant::now();
+        let state = self.ledger.read_state()?;
+        self.refresh_owned(&state);
+        if self.owned.is_empty() {
+            return Ok(());
+        }
+        let owned = self.owned.clone();
+        let reconciled = reconcile(
+            &mut self.ledger,
+            cluster,
+            &snapshot,
+            &self.opts.scheduler_name,
+            &owned,
+        )
+        .inspect_err(|e| self.drop_if_fenced(e))?;
+        for w in &reconciled.warnings {
+            tracing::warn!("{w}");
+        }
+        if !reconciled.bound.is_empty() {
+            counter!(metric::PODS_BOUND).increment(reconciled.bound.len() as u64);
+            tracing::info!(
+                pods = reconciled.bound.len(),
+                "bound placements committed earlier"
+            );
+        }
+        let snapshot = if reconciled.bound.is_empty() {
+            snapshot
+        } else {
+            cluster.snapshot()
+        };
+        let (plan, session) = if self.opts.shards == 1 {
+            run_cycle(&snapshot, &self.opts.conf, &self.opts.scheduler_name)
+        } else {
+            let scope = CycleScope::new(
+                self.map.clone(),
+                owned.keys().copied().collect(),
+                HomePool::Strict,
+            );
+            run_cycle_scoped(
+                &snapshot,
+                &self.opts.conf,
+                &self.opts.scheduler_name,
+                Some(&scope),
+            )
+        };
+        let pending = (0..session.state.jobs.len())
+            .filter(|j| session.in_scope(*j) && session.state.pending_tasks(*j).count() > 0)
+            .count();
+        gauge!(metric::PENDING_JOBS).set(pending as f64);
+        for eviction in &plan.evictions {
+            if let Err(e) = cluster.evict(&eviction.pod, &eviction.reason) {
+                tracing::warn!(pod = %eviction.pod, error = %e, "eviction failed");
+            }
+        }
+        let state = self.ledger.read_state()?;
+        let (accepted, kept_back) = self.commit(&plan.gangs, &state);
+        let bound = self.bind(cluster, &accepted);
+        self.report(cluster, &snapshot, &plan, &accepted, &kept_back);
+        counter!(metric::CYCLES).increment(1);
+        histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
+        if bound > 0 {
+            tracing::info!(pods = bound, gangs = accepted.len(), shards = ?owned.keys().collect::<Vec<_>>(), cycle_ms = started.elapsed().as_millis() as u64, "bound");
+        }
+        Ok(())
+    }
+
+    /// A fenced refusal means the shard is someone else's now: forget it at once.
+    fn drop_if_fenced(&mut self, e: &LedgerError) {
+        if let Some(
+            phalanx_statestore::Refusal::StaleEpoch { shard, .. }
+            | phalanx_statestore::Refusal::UnknownShard { shard },
+        ) = e.refusal()
+            && self.owned.remove(shard).is_some()
+        {
+            tracing::warn!(shard, error = %e, "deposed: another replica owns the shard now; binding nothing for it");
+            gauge!(metric::OWNED_EPOCH, "shard" => shard.to_string()).set(0.0);
+        }
+    }
+
+    /// Commits each gang that lies in one owned pool at that shard's epoch. Returns the
+    /// accepted gangs with their fence, and the gangs kept back with why.
+    fn commit<'a>(
+        &mut self,
+        gangs: &'a [GangPlacement],
+        state: &LedgerState,
+    ) -> (Vec<(Fence, &'a GangPlacement)>, Vec<(ObjectKey, NotLocal)>) {
+        let mut by_fence: BTreeMap<Fence, Vec<&GangPlacement>> = BTreeMap::new();
+        let mut kept_back = Vec::new();
+        for gang in gangs {
+            match route(gang, state, &self.owned) {
+                Ok(fence) => by_fence.entry(fence).or_default().push(gang),
+                Err(why) => {
+                    counter!(metric::GANGS_KEPT_BACK).increment(1);
+                    tracing::info!(gang = %gang.gang, reason = %why, "gang kept back");
+                    kept_back.push((gang.gang.clone(), why));
+                }
+            }
+        }
+        let mut accepted = Vec::new();
+        for (fence, gangs) in by_fence {
+            let batch: Vec<GangPlacement> = gangs.iter().map(|g| (*g).clone()).collect();
+            match PlacementLedger::commit(self.ledger.at(fence), &batch) {
+                Ok(verdicts) => {
+                    for (gang, verdict) in gangs.into_iter().zip(verdicts) {
+                        match verdict {
+                            Verdict::Accepted => accepted.push((fence, gang)),
+                            Verdict::Refused(why) | Verdict::InDoubt(why) => {
+                                counter!(metric::LEDGER_REFUSALS).increment(1);
+                                tracing::info!(gang = %gang.gang, reason = %why, "the ledger did not accept the gang");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    counter!(metric::LEDGER_ERRORS).increment(1);
+                    tracing::warn!(shard = fence.shard, error = %e, "commit failed");
+                    self.drop_if_fenced(&e);
+                }
+            }
+        }
+        (accepted, kept_back)
+    }
+
+    /// Binds the accepted gangs (the pod annotated with this replica's id), then marks
+    /// them bound, or releases those whose bind failed, each at its shard's fence.
+    fn bind(&mut self, cluster: &mut KubeCluster, accepted: &[(Fence, &GangPlacement)]) -> usize {
+        let binds: Vec<(Fence, ObjectKey, String)> = accepted
+            .iter()
+            .flat_map(|(f, g)| {
+                g.placements
+                    .iter()
+                    .map(|p| (*f, p.pod.clone(), p.node.clone()))
+            })
+            .collect();
+        let requests: Vec<(ObjectKey, String)> = binds
+            .iter()
+            .map(|(_, p, n)| (p.clone(), n.clone()))
+            .collect();
+        let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
+        let mut failed: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
+        for ((fence, pod, node), outcome) in binds.iter().zip(cluster.bind_all(&requests)) {
+            match outcome {
+                Ok(()) => bound.entry(*fence).or_default().push(pod.clone()),
+                Err(e) => {
+                    counter!(metric::BIND_FAILURES).increment(1);
+                    tracing::warn!(pod = %pod, node = %node, error = %e, "bind failed; releasing its placement");
+                    failed.entry(*fence).or_default().push(pod.clone());
+                }
+            }
+        }
+        let count = bound.values().map(Vec::len).sum();
+        counter!(metric::PODS_BOUND).increment(count as u64);
+        for (fence, pods) in bound {
+            if let Err(e) = PlacementLedger::mark_bound(self.ledger.at(fence), &pods) {
+                tracing::warn!(shard = fence.shard, error = %e, "marking bound failed; the next reconcile marks them");
+                self.drop_if_fenced(&e);
+            }
+        }
+        for (fence, pods) in failed {
+            if let Err(e) =
+                PlacementLedger::release(self.ledger.at(fence), &pods, ReleaseReason::BindFailed)
+            {
+                tracing::warn!(shard = fence.shard, error = %e, "releasing failed binds failed; the next reconcile releases them");
+                self.drop_if_fenced(&e);
+            }
+        }
+        count
+    }
+
+    /// Statuses and Events of the accepted gangs and of the gangs kept back; those of gangs
+    /// the ledger did not accept would claim what did not happen, so they wait for the next
+    /// cycle (as in the simulator's driver).
+    fn report(
+        &self,
+        cluster: &mut KubeCluster,
+        snapshot: &ClusterSnapshot,
+        plan: &crate::framework::CyclePlan,
+        accepted: &[(Fence, &GangPlacement)],
+        kept_back: &[(ObjectKey, NotLocal)],
+    ) {
+        let accepted: HashSet<&ObjectKey> = accepted.iter().map(|(_, g)| &g.gang).collect();
+        let planned: HashSet<&ObjectKey> = plan.gangs.iter().map(|g| &g.gang).collect();
+        let held_back = |k: &ObjectKey| planned.contains(k) && !accepted.contains(k);
+        let mut statuses: Vec<(ObjectKey, crate::model::PodGroupStatus)> = plan
+            .status_updates
+            .iter()
+            .filter(|(key, _)| !held_back(key))
+            .cloned()
+            .collect();
+        for (key, why) in kept_back {
+            if let Some(pg) = snapshot.pod_groups.iter().find(|g| &g.key == key) {
+                let status = kept_back_status(&pg.status, why, snapshot.now_ms);
+                if status != pg.status {
+                    statuses.push((key.clone(), status));
+                }
+            }
+        }
+        let events: Vec<crate::framework::Event> = plan
+            .events
+            .iter()
+            .filter(|e| !held_back(&e.object))
+            .cloned()
+            .collect();
+        for e in cluster.report_all(&statuses, &events) {
+            tracing::warn!(error = %e, "status or event write failed");
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! End to end on the testbed, multi-active: three `phalanx serve --shards 6` processes on
+//! one real kube-apiserver with 16 kwok nodes (8 GPUs each, in 4 zones). Every replica owns
+//! shards and binds the gangs of its shards' queues; the owner of a shard is SIGKILLed
+//! just after a placement of its shard was committed and before it was bound: its shards
+//! move at a higher epoch and the placement is bound by the shard's next owner.
+//!
+//! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` runs it after
+//! `e2e_kube`, on the same testbed:
+//!
+//! ```text
+//! deploy/testbed/testbed up --nodes 16 --zones 4
+//! cargo test -p phalanx-scheduler --test e2e_shards -- --ignored --nocapture
+//! ```
+
+mod testbed;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use phalanx_scheduler::cluster::kube::{BOUND_BY_ANNOTATION, make_client, volcano_resource};
+use phalanx_scheduler::framework::{GangPlacement, Placement};
+use phalanx_scheduler::ledger::sharded::{Fence, place_at};
+use phalanx_scheduler::model::{ObjectKey, Resources};
+use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
+use phalanx_statestore::{GangDecision, LedgerClient, LedgerResponse};
+use serde_json::json;
+use testbed::{Check, DEADLINE, Replica, kubeconfig, poll};
+
+const SHARDS: u32 = 6;
+const GPU: &str = "nvidia.com/gpu";
+const GPUS_PER_NODE: i64 = 8;
+const LEASE_MS: u64 = 3000;
+
+struct Env {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    ns: String,
+    map: ShardMap,
+}
+
+impl Env {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A Queue (cluster-scoped) whose home shard is `shard`: the first name
+    /// `<ns>-s<shard>-<k>` that hashes there.
+    fn queue_for(&self, shard: u32) -> Result<String, String> {
+        let name = (0..10_000)
+            .map(|k| format!("{}-s{shard}-{k}", self.ns))
+            .find(|q| self.map.shard_of_queue(q) == shard)
+            .ok_or_else(|| format!("no queue name hashes to shard {shard}"))?;
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &volcano_resource("Queue", "queues"));
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": {"weight": 1},
+        }))
+        .map_err(|e| e.to_string())?;
+        match self.rt.block_on(api.create(&PostParams::default(), &obj)) {
+            Ok(_) => Ok(name),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(name),
+            Err(e) => Err(format!("creating Queue {name}: {e}")),
+        }
+    }
+
+    /// A PodGroup in `queue` and `count` one-GPU pods scheduled by phalanx.
+    fn create_gang(&self, name: &str, queue: &str, count: u32) -> Result<(), String> {
+        let groups: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &volcano_resource("PodGroup", "podgroups"),
+        );
+        let pg: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"minMember": count, "queue": queue},
+        }))
+        .map_err(|e| e.to_string())?;
+        self.rt
+            .block_on(groups.create(&PostParams::default(), &pg))
+            .map_err(|e| format!("creating PodGroup {name}: {e}"))?;
+        for i in 0..count {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-{i}"), "namespace": self.ns,
+                    "annotations": {"scheduling.k8s.io/group-name": name, "volcano.sh/task-spec": "worker"}},
+                "spec": {"schedulerName": "phalanx",
+                    "containers": [{"name": "main", "image": "phalanx-e2e:fake",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: "1"},
+                                      "limits": {GPU: "1"}}}]},
+            }))
+            .map_err(|e| e.to_string())?;
+            self.rt
+                .block_on(self.pods().create(&PostParams::default(), &pod))
+                .map_err(|e| format!("creating pod {name}-{i}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The test namespace's pods of `group`: (pod, node, bound-by).
+    fn gang_pods(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(String, Option<String>, Option<String>)>, String> {
+        let pods = self
+            .rt
+            .block_on(self.pods().list(&ListParams::default()))
+            .map_err(|e| e.to_string())?;
+        Ok(pods
+            .items
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("scheduling.k8s.io/group-name"))
+                    == Some(&group.to_string())
+            })
+            .map(|p| {
+                let by = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(BOUND_BY_ANNOTATION).cloned());
+                let node = p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty());
+                (p.metadata.name.unwrap_or_default(), node, by)
+            })
+            .collect())
+    }
+
+    /// Waits until every pod of `group` is bound; returns the replicas that bound them.
+    fn wait_bound(&self, group: &str) -> Result<BTreeSet<String>, String> {
+        poll(DEADLINE, &format!("{group}: every pod bound"), || {
+            let pods = self.gang_pods(group)?;
+            let all = !pods.is_empty() && pods.iter().all(|(_, n, _)| n.is_some());
+            Ok(all.then(|| pods.into_iter().filter_map(|(_, _, by)| by).collect()))
+        })
+    }
+
+    /// Node -> shard of its pool, for the testbed's kwok nodes.
+    fn pools(&self) -> Result<BTreeMap<String, u32>, String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let list = self
+            .rt
+            .block_on(nodes.list(&ListParams::default().labels("type=kwok")))
+            .map_err(|e| e.to_string())?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|n| {
+                let name = n.metadata.name?;
+                let labels = n.metadata.labels.unwrap_or_default();
+                let shard = self.map.shard_of_node(&name, &labels);
+                Some((name, shard))
+            })
+            .collect())
+    }
+
+    /// GPUs used per node by pods that hold it (any namespace).
+    fn gpu_use(&self) -> Result<BTreeMap<String, i64>, String> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let pods = self
+            .rt
+            .block_on(all.list(&ListParams::default()))
+            .map_err(|e| e.to_string())?;
+        let mut out = BTreeMap::new();
+        for p in pods.items {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if phase == "Succeeded" || phase == "Failed" {
+                continue;
+            }
+            let gpus: i64 = p
+                .spec
+                .as_ref()
+                .map(|s| {
+                    s.containers
+                        .iter()
+                        .filter_map(|c| {
+                            c.resources
+                                .as_ref()?
+                                .requests
+                                .as_ref()?
+                                .get(GPU)?
+                                .0
+                                .parse::<i64>()
+                                .ok()
+                        })
+                        .sum()
+                })
+                .unwrap_or(0);
+            if let Some(node) = p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
+                *out.entry(node).or_insert(0) += gpus;
+            }
+        }
+        Ok(out)
+    }
+
+    fn no_overcommit(&self) -> Result<(), String> {
+        let over: Vec<String> = self
+            .gpu_use()?
+            .into_iter()
+            .filter(|(_, used)| *used > GPUS_PER_NODE)
+            .map(|(n, used)| format!("{n}: {used} GPUs of {GPUS_PER_NODE}"))
+            .collect();
+        if over.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("nodes over their GPUs: {}", over.join(", ")))
+        }
+    }
+}
+
+/// Shard -> (owner, epoch) as the live replicas' /metrics say (`phalanx_shard_epoch`),
+/// once every shard has exactly one owner.
+fn assignment(replicas: &[Replica]) -> Result<Option<BTreeMap<u32, (u64, u64)>>, String> {
+    let mut owners: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in replicas.iter().filter(|r| r.alive()) {
+        for (shard, epoch) in r.owned_epochs()? {
+            owners.entry(shard).or_default().push((r.id, epoch));
+        }
+    }
+    let complete = (0..SHARDS).all(|s| owners.get(&s).is_some_and(|o| o.len() == 1));
+    Ok(complete.then(|| owners.into_iter().map(|(s, o)| (s, o[0])).collect()))
+}
+
+fn check_every_replica_binds(
+    env: &Env,
+    replicas: &[Replica],
+    pools: &BTreeMap<String, u32>,
+) -> Result<(String, BTreeMap<u32, (u64, u64)>), String> {
+    let owners = poll(DEADLINE, "every shard owned by exactly one replica", || {
+        let a = assignment(replicas)?;
+        // Every replica owns a shard (the leader rebalances as Leases appear).
+        Ok(a.filter(|a| {
+            let holders: BTreeSet<u64> = a.values().map(|(o, _)| *o).collect();
+            holders.len() == replicas.len()
+        }))
+    })?;
+    let with_nodes: BTreeSet<u32> = pools.values().copied().collect();
+    let mut bound_by: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for shard in &with_nodes {
+        let queue = env.queue_for(*shard)?;
+        env.create_gang(&format!("g-s{shard}"), &queue, 2)?;
+    }
+    for shard in &with_nodes {
+        bound_by.insert(*shard, env.wait_bound(&format!("g-s{shard}"))?);
+    }
+    for (shard, by) in &bound_by {
+        let owner = owners[shard].0.to_string();
+        if by != &BTreeSet::from([owner.clone()]) {
+            return Err(format!(
+                "gang of shard {shard} bound by {by:?}, not by its owner {owner}"
+            ));
+        }
+    }
+    let binders: BTreeSet<u64> = with_nodes.iter().map(|s| owners[s].0).collect();
+    let owners_of_pools: BTreeSet<u64> = replicas
+        .iter()
+        .map(|r| r.id)
+        .filter(|id| binders.contains(id))
+        .collect();
+    if owners_of_pools.len() != replicas.len() {
+        return Err(format!(
+            "only replicas {owners_of_pools:?} own shards with nodes (pools {with_nodes:?}, owners {owners:?})"
+        ));
+    }
+    for r in replicas {
+        if r.counter("phalanx_lease_renewals_total")? < 1.0 {
+            return Err(format!("replica {} renewed no lease", r.id));
+        }
+    }
+    env.no_overcommit()?;
+    Ok((
+        format!(
+            "owners {owners:?}; a gang per shard with nodes, each bound by its shard's owner; replicas {binders:?} all bound"
+        ),
+        owners,
+    ))
+}
+
+/// Commits, as the victim at its epoch, a placement of a new pending gang on a node of
+/// `shard`'s pool, then SIGKILLs the victim: the committed-but-unbound state of an owner
+/// that died between commit and bind.
+fn check_owner_killed(
+    env: &Env,
+    replicas: &mut [Replica],
+    owners: &BTreeMap<u32, (u64, u64)>,
+    pools: &BTreeMap<String, u32>,
+    ledger: &LedgerClient,
+) -> Check {
+    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
+    let (shard, (victim, epoch)) = owners
+        .iter()
+        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
+        .map(|(s, o)| (*s, *o))
+        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let used = env.gpu_use()?;
+    let node = pools
+        .iter()
+        .filter(|(_, s)| **s == shard)
+        .map(|(n, _)| n.clone())
+        .min_by_key(|n| used.get(n).copied().unwrap_or(0))
+        .ok_or("an empty pool")?;
+    let queue = env.queue_for(shard)?;
+    let victim_at = replicas
+        .iter()
+        .position(|r| r.id == victim)
+        .ok_or("victim not found")?;
+    replicas[victim_at].kill();
+    let killed_at = Instant::now();
+    env.create_gang("orphan", &queue, 2)?;
+    let gang = GangPlacement {
+        gang: ObjectKey::new(&env.ns, "orphan"),
+        placements: (0..2)
+            .map(|i| Placement {
+                pod: ObjectKey::new(&env.ns, &format!("orphan-{i}")),
+                node: node.clone(),
+                resources: Resources::from_pairs([(GPU, 1)]),
+            })
+            .collect(),
+    };
+    let command = place_at(Fence { shard, epoch }, &[gang]).remove(0);
+    match env
+        .rt
+        .block_on(ledger.propose_one(command))
+        .map_err(|e| e.to_string())?
+    {
+        LedgerResponse::Gangs(o) if o.iter().all(|o| o.decision == GangDecision::Accepted) => {}
+        other => {
+            return Err(format!(
+                "committing the orphan at shard {shard} epoch {epoch} (victim {victim}) failed: {other:?}"
+            ));
+        }
+    }
+    env.create_gang("after-kill", &queue, 2)?;
+    let orphan_by = env.wait_bound("orphan")?;
+    let after_by = env.wait_bound("after-kill")?;
+    let took = killed_at.elapsed();
+    let moved = poll(DEADLINE, "the victim's shards owned by survivors", || {
+        Ok(assignment(replicas)?.filter(|a| a.values().all(|(o, _)| *o != victim)))
+    })?;
+    let (new_owner, new_epoch) = moved[&shard];
+    if new_epoch <= epoch {
+        return Err(format!(
+            "shard {shard} moved to {new_owner} at epoch {new_epoch}, not above {epoch}"
+        ));
+    }
+    let expected = BTreeSet::from([new_owner.to_string()]);
+    if orphan_by != expected || after_by != expected {
+        return Err(format!(
+            "shard {shard}'s new owner is {new_owner}, but the orphan was bound by {orphan_by:?} and after-kill by {after_by:?}"
+        ));
+    }
+    for pod in env.gang_pods("orphan")? {
+        if pod.1.as_deref() != Some(node.as_str()) {
+            return Err(format!(
+                "orphan pod {} bound to {:?}, not to its committed node {node}",
+                pod.0, pod.1
+            ));
+        }
+    }
+    env.no_overcommit()?;
+    let mut groups: Vec<String> = pools
+        .values()
+        .collect::<BTreeSet<_>>()
+        .iter()
+        .map(|s| format!("g-s{s}"))
+        .collect();
+    groups.extend(["orphan".to_string(), "after-kill".to_string()]);
+    for g in &groups {
+        let pods = env.gang_pods(g)?;
+        let bound = pods.iter().filter(|p| p.1.is_some()).count();
+        if bound != 0 && bound != pods.len() {
+            return Err(format!("{g} is half-bound: {bound} of {}", pods.len()));
+        }
+    }
+    Ok(format!(
+        "replica {victim} (owner of shard {shard} at epoch {epoch}) SIGKILLed after a commit; shard {shard} now {new_owner} at epoch {new_epoch}; the committed placement bound on {node} by {new_owner} {:.1}s after the kill; no overcommit, no half-bound gang",
+        took.as_secs_f64()
+    ))
+}
+
+#[test]
+#[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16 --zones 4); .ci/run runs it with --ignored"]
+fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound() {
+    let kc = kubeconfig();
+    assert!(
+        kc.exists(),
+        "e2e: no testbed: {} does not exist (deploy/testbed/testbed up --nodes 16 --zones 4)",
+        kc.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let client = rt
+        .block_on(make_client(Some(&kc)))
+        .unwrap_or_else(|e| panic!("e2e: kubeconfig: {e}"));
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let map = ShardMap::new(ShardingConfig {
+        shards: SHARDS,
+        ..ShardingConfig::default()
+    })
+    .expect("valid");
+    let env = Env {
+        rt,
+        client,
+        ns: format!("e2e-shards-{stamp}"),
+        map,
+    };
+    testbed::install_crds(&env.rt, &env.client).unwrap_or_else(|e| panic!("e2e: {e}"));
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
+    env.rt
+        .block_on(namespaces.create(&PostParams::default(), &ns))
+        .unwrap_or_else(|e| panic!("e2e: creating namespace {}: {e}", env.ns));
+    let pools = env
+        .pools()
+        .unwrap_or_else(|e| panic!("e2e: listing nodes: {e}"));
+    let dir = tempfile::Builder::new()
+        .prefix("phalanx-e2e-shards-")
+        .tempdir()
+        .expect("a temporary directory");
+    let extra: Vec<String> = [
+        "--shards",
+        &SHARDS.to_string(),
+        "--shard-lease-ms",
+        &LEASE_MS.to_string(),
+        "--lease-namespace",
+        &env.ns,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (mut replicas, peers) = testbed::start_replicas(dir.path(), &extra);
+    let ledger = LedgerClient::new(peers);
+    let mut results: Vec<(&str, Check)> = Vec::new();
+    let ready = poll(
+        Duration::from_secs(90),
+        "3 replicas ready (/readyz)",
+        || Ok(replicas.iter().all(|r| r.ready()).then_some(())),
+    );
+    match ready.and_then(|()| check_every_replica_binds(&env, &replicas, &pools)) {
+        Err(e) => results.push(("every replica binds its shards' gangs", Err(e))),
+        Ok((detail, owners)) => {
+            results.push(("every replica binds its shards' gangs", Ok(detail)));
+            results.push((
+                "a shard owner killed between commit and bind",
+                check_owner_killed(&env, &mut replicas, &owners, &pools, &ledger),
+            ));
+        }
+    }
+    testbed::finish(
+        &env.rt,
+        &env.client,
+        &env.ns,
+        &mut replicas,
+        &results,
+        "phalanx-e2e-shards-logs",
+    );
+}

@@ -1,0 +1,289 @@
+//! What the end-to-end tests on the testbed share: the kubeconfig, polling, `phalanx
+//! serve` processes and their /metrics, the CRDs, and the summary at the end.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+pub type Check = Result<String, String>;
+
+pub fn kubeconfig() -> PathBuf {
+    std::env::var_os("PHALANX_E2E_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let dir = std::env::var_os("PHALANX_TESTBED_DIR")
+                .map_or_else(|| PathBuf::from("/tmp/phalanx-testbed"), PathBuf::from);
+            dir.join("kubeconfig")
+        })
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// Polls `f` every 250 ms until it returns Some, or fails after `deadline` with `what`.
+pub fn poll<T>(
+    deadline: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Result<Option<T>, String>,
+) -> Result<T, String> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = e,
+        }
+        if start.elapsed() > deadline {
+            let last = if last.is_empty() {
+                String::new()
+            } else {
+                format!(" (last error: {last})")
+            };
+            return Err(format!("{what}: not after {}s{last}", deadline.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// GET over plain HTTP; (status code, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad response {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
+    Ok((code, body))
+}
+
+/// One `phalanx serve` process.
+pub struct Replica {
+    pub id: u64,
+    pub http: SocketAddr,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Replica {
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn alive(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn ready(&self) -> bool {
+        matches!(http_get(self.http, "/readyz"), Ok((200, _)))
+    }
+
+    fn metrics(&self) -> Result<String, String> {
+        http_get(self.http, "/metrics").map(|(_, body)| body)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.metrics()
+            .map(|body| body.lines().any(|l| l.trim() == "phalanx_is_leader 1"))
+            .unwrap_or(false)
+    }
+
+    /// The value of an unlabelled metric (0 when absent).
+    pub fn counter(&self, name: &str) -> Result<f64, String> {
+        Ok(self
+            .metrics()?
+            .lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .next()
+            .unwrap_or(0.0))
+    }
+
+    /// Shard -> epoch of the shards this replica says it owns (`phalanx_shard_epoch` > 0).
+    pub fn owned_epochs(&self) -> Result<BTreeMap<u32, u64>, String> {
+        Ok(self
+            .metrics()?
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("phalanx_shard_epoch{shard=\"")?;
+                let (shard, value) = rest.split_once("\"} ")?;
+                let epoch = value.trim().parse::<f64>().ok()? as u64;
+                Some((shard.parse().ok()?, epoch)).filter(|(_, e)| *e > 0)
+            })
+            .collect())
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Three `phalanx serve` replicas (ids 1-3, period 500 ms) with `extra` flags; also
+/// returns their ledger addresses (id -> host:port).
+pub fn start_replicas(dir: &Path, extra: &[String]) -> (Vec<Replica>, BTreeMap<u64, String>) {
+    let ids = [1u64, 2, 3];
+    let raft: BTreeMap<u64, String> = ids
+        .iter()
+        .map(|id| (*id, format!("127.0.0.1:{}", free_port())))
+        .collect();
+    let peers = raft
+        .iter()
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let replicas = raft
+        .iter()
+        .map(|(id, addr)| {
+            let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let log = dir.join(format!("serve-{id}.log"));
+            let out = std::fs::File::create(&log).expect("log file");
+            let err = out.try_clone().expect("log file");
+            let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+                .args([
+                    "serve",
+                    "--id",
+                    &id.to_string(),
+                    "--listen",
+                    addr,
+                    "--peers",
+                    &peers,
+                ])
+                .arg("--data-dir")
+                .arg(dir.join(format!("data-{id}")))
+                .args(["--http", &http.to_string()])
+                .arg("--kubeconfig")
+                .arg(kubeconfig())
+                .args(["--period-ms", "500"])
+                .args(extra)
+                .env("PHALANX_LOG", "info,openraft=error")
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .spawn()
+                .expect("phalanx serve starts");
+            Replica {
+                id: *id,
+                http,
+                child: Some(child),
+                log,
+            }
+        })
+        .collect();
+    (replicas, raft)
+}
+
+/// Creates the PodGroup and Queue CRDs from deploy/crds/ (already there: fine) and waits
+/// until they are Established.
+pub fn install_crds(rt: &tokio::runtime::Runtime, client: &kube::Client) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for f in ["podgroups", "queues"] {
+        let path = repo_root().join(format!("deploy/crds/{f}.yaml"));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        match rt.block_on(api.create(&PostParams::default(), &crd)) {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(format!("installing {}: {e}", path.display())),
+        }
+        let name = format!("{f}.scheduling.volcano.sh");
+        poll(
+            Duration::from_secs(30),
+            &format!("CRD {name} Established"),
+            || {
+                let crd = rt.block_on(api.get(&name)).map_err(|e| e.to_string())?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Stops the replicas, prints one line per check and the summary, keeps the logs in
+/// `$TMPDIR/<logs>`, deletes the namespace's pods, and fails if any check failed.
+pub fn finish(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    ns: &str,
+    replicas: &mut [Replica],
+    results: &[(&str, Check)],
+    logs: &str,
+) {
+    for r in replicas.iter_mut() {
+        r.kill();
+    }
+    let mut failed = 0;
+    for (name, r) in results {
+        match r {
+            Ok(detail) => println!("e2e: ok   {name}: {detail}"),
+            Err(why) => {
+                failed += 1;
+                println!("e2e: FAIL {name}: {why}");
+            }
+        }
+    }
+    let keep = std::env::temp_dir().join(logs);
+    let _ = std::fs::remove_dir_all(&keep);
+    let _ = std::fs::create_dir_all(&keep);
+    for r in replicas.iter() {
+        let _ = std::fs::copy(&r.log, keep.join(format!("serve-{}.log", r.id)));
+    }
+    println!("e2e: replica logs kept in {}", keep.display());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let _ = rt.block_on(pods.delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+        &ListParams::default(),
+    ));
+    println!("e2e: {} passed, {failed} failed", results.len() - failed);
+    assert!(!results.is_empty(), "no check ran");
+    assert_eq!(failed, 0, "e2e checks failed (see the lines above)");
+}
