@@ -29,7 +29,10 @@ fn nodes() -> Vec<Node> {
 fn plan() -> Vec<GangPlacement> {
     (0..GANGS)
         .map(|g| GangPlacement {
-            gang: ObjectKey::new("a-namespace-with-a-long-name", format!("training-job-{g:05}")),
+            gang: ObjectKey::new(
+                "a-namespace-with-a-long-name",
+                format!("training-job-{g:05}"),
+            ),
             placements: (0..PODS_PER_GANG)
                 .map(|p| Placement {
                     pod: ObjectKey::new(
@@ -50,9 +53,15 @@ fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger()
     let nodes = nodes();
     let refs: Vec<&Node> = nodes.iter().collect();
     ledger.load(&refs, &[]).expect("loads");
-    let verdicts = ledger.commit(&plan()).expect("the plan is proposed in pieces");
+    let verdicts = ledger
+        .commit(&plan())
+        .expect("the plan is proposed in pieces");
     assert_eq!(verdicts.len(), GANGS);
-    assert!(verdicts.iter().all(|v| *v == Verdict::Accepted), "{:?}", &verdicts[..3]);
+    assert!(
+        verdicts.iter().all(|v| *v == Verdict::Accepted),
+        "{:?}",
+        &verdicts[..3]
+    );
     let state = ledger.state().expect("readable");
     assert_eq!(state.placements.len(), GANGS * PODS_PER_GANG);
     assert!(
@@ -74,5 +83,9 @@ fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
     let responses = ledger.propose_raw(cmds).expect("proposed in pieces");
     let verdicts = gang_verdicts(&responses, &sizes);
     assert_eq!(verdicts.len(), GANGS);
-    assert!(verdicts.iter().all(|v| *v == Verdict::Accepted), "{:?}", &verdicts[..3]);
+    assert!(
+        verdicts.iter().all(|v| *v == Verdict::Accepted),
+        "{:?}",
+        &verdicts[..3]
+    );
 }

@@ -46,6 +46,7 @@ async fn write_a_log(dir: &std::path::Path) {
                 shard: 1,
                 owner: 1,
                 epoch: 1,
+                proposer: None,
             },
             LedgerCommand::UpsertNode {
                 node: "big".into(),

@@ -65,7 +65,7 @@ pub fn split_for_ledger(
 fn encoded_len(command: &LedgerCommand) -> Result<usize, LedgerError> {
     serde_json::to_vec(command)
         .map(|v| v.len())
-        .map_err(|e| LedgerError::Refused(format!("a ledger command does not serialize: {e}")))
+        .map_err(|e| LedgerError::Unexpected(format!("a ledger command does not serialize: {e}")))
 }
 
 /// `command` cut into pieces of at most `budget` bytes each, halving its list of gangs or

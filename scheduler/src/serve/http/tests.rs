@@ -97,7 +97,6 @@ async fn idle_connections_beyond_the_limit_wait_and_healthz_is_answered_once_the
     server.abort();
 }
 
-
 fn healthy() -> Health {
     let h = Health::default();
     h.caches_synced.store(true, Ordering::Relaxed);
