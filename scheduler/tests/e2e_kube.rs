@@ -12,134 +12,20 @@
 //! Without a running testbed the test fails and says how to start one. It prints one line per
 //! check and a summary `e2e: N passed, M failed`.
 
+mod testbed;
+
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use phalanx_scheduler::cluster::kube::{KubeCluster, KubeOptions, make_client, volcano_resource};
 use serde_json::{Value, json};
+use testbed::{Check, DEADLINE, GPU, Replica, kubeconfig, node_of, poll};
 
-const GPU: &str = "nvidia.com/gpu";
 const GPUS_PER_NODE: i64 = 8;
-const DEADLINE: Duration = Duration::from_secs(90);
-
-type Check = Result<String, String>;
-
-fn kubeconfig() -> PathBuf {
-    std::env::var_os("PHALANX_E2E_KUBECONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/phalanx-testbed/kubeconfig"))
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate lives in the workspace")
-        .to_path_buf()
-}
-
-/// Polls `f` until it returns Some, or fails after `deadline` with `what`.
-fn poll<T>(
-    deadline: Duration,
-    what: &str,
-    mut f: impl FnMut() -> Result<Option<T>, String>,
-) -> Result<T, String> {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        match f() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = e,
-        }
-        if start.elapsed() > deadline {
-            return Err(format!(
-                "{what}: not after {}s{}",
-                deadline.as_secs(),
-                if last.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (last error: {last})")
-                }
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// GET over plain HTTP; (status code, body).
-fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad response {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_string();
-    Ok((code, body))
-}
-
-/// One `phalanx serve` process.
-struct Replica {
-    id: u64,
-    http: SocketAddr,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Replica {
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill(); // SIGKILL
-            let _ = c.wait();
-        }
-    }
-
-    fn alive(&self) -> bool {
-        self.child.is_some()
-    }
-
-    fn is_leader(&self) -> bool {
-        http_get(self.http, "/metrics")
-            .map(|(_, body)| body.lines().any(|l| l.trim() == "phalanx_is_leader 1"))
-            .unwrap_or(false)
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 struct Env {
     rt: tokio::runtime::Runtime,
@@ -255,35 +141,11 @@ impl Env {
 
     /// GPUs used per node by pods that hold it (any namespace, any scheduler).
     fn gpu_use(&self) -> Result<BTreeMap<String, i64>, String> {
-        let mut out = BTreeMap::new();
-        for p in self.all_pods()? {
-            let phase = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            if phase == "Succeeded" || phase == "Failed" {
-                continue;
-            }
-            if let Some(node) = node_of(&p) {
-                *out.entry(node).or_insert(0) += gpus_of(&p);
-            }
-        }
-        Ok(out)
+        Ok(testbed::gpu_use_of(&self.all_pods()?))
     }
 
     fn no_overcommit(&self) -> Result<(), String> {
-        let over: Vec<String> = self
-            .gpu_use()?
-            .into_iter()
-            .filter(|(_, used)| *used > GPUS_PER_NODE)
-            .map(|(n, used)| format!("{n}: {used} GPUs of {GPUS_PER_NODE}"))
-            .collect();
-        if over.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("nodes over their GPUs: {}", over.join(", ")))
-        }
+        testbed::check_no_overcommit(&self.gpu_use()?, GPUS_PER_NODE)
     }
 
     fn pod_group(&self, name: &str) -> Result<Value, String> {
@@ -292,62 +154,6 @@ impl Env {
             .map(|o| o.data)
             .map_err(|e| e.to_string())
     }
-}
-
-fn node_of(p: &Pod) -> Option<String> {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty())
-}
-
-fn gpus_of(p: &Pod) -> i64 {
-    p.spec
-        .iter()
-        .flat_map(|s| &s.containers)
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get(GPU)?
-                .0
-                .parse::<i64>()
-                .ok()
-        })
-        .sum()
-}
-
-fn install_crds(env: &Env) -> Result<(), String> {
-    let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    for f in ["podgroups", "queues"] {
-        let path = repo_root().join(format!("deploy/crds/{f}.yaml"));
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        match env.rt.block_on(api.create(&PostParams::default(), &crd)) {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(format!("installing {}: {e}", path.display())),
-        }
-        let name = format!("{f}.scheduling.volcano.sh");
-        poll(
-            Duration::from_secs(30),
-            &format!("CRD {name} Established"),
-            || {
-                let crd = env.rt.block_on(api.get(&name)).map_err(|e| e.to_string())?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established.then_some(()))
-            },
-        )?;
-    }
-    Ok(())
 }
 
 /// The Cluster conformance suite against KubeCluster, on an unschedulable node `n1` and
@@ -436,47 +242,6 @@ fn conformance(env: &Env) -> Check {
     } else {
         Err(format!("KubeCluster fails conformance: {failures:#?}"))
     }
-}
-
-fn start_replicas(dir: &Path) -> Vec<Replica> {
-    let ids = [1u64, 2, 3];
-    let raft: Vec<u16> = ids.iter().map(|_| free_port()).collect();
-    let peers = ids
-        .iter()
-        .zip(&raft)
-        .map(|(id, port)| format!("{id}=127.0.0.1:{port}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    ids.iter()
-        .zip(&raft)
-        .map(|(id, port)| {
-            let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-            let log = dir.join(format!("serve-{id}.log"));
-            let out = std::fs::File::create(&log).expect("log file");
-            let err = out.try_clone().expect("log file");
-            let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
-                .args(["serve", "--id", &id.to_string()])
-                .args(["--listen", &format!("127.0.0.1:{port}")])
-                .args(["--peers", &peers])
-                .arg("--data-dir")
-                .arg(dir.join(format!("data-{id}")))
-                .args(["--http", &http.to_string()])
-                .arg("--kubeconfig")
-                .arg(kubeconfig())
-                .args(["--period-ms", "500"])
-                .env("PHALANX_LOG", "info,openraft=error")
-                .stdout(Stdio::from(out))
-                .stderr(Stdio::from(err))
-                .spawn()
-                .expect("phalanx serve starts");
-            Replica {
-                id: *id,
-                http,
-                child: Some(child),
-                log,
-            }
-        })
-        .collect()
 }
 
 fn check_seed_job(env: &Env) -> Check {
@@ -768,7 +533,7 @@ fn phalanx_serve_on_the_testbed() {
         client,
         ns: format!("e2e-{stamp}"),
     };
-    install_crds(&env).unwrap_or_else(|e| panic!("e2e: {e}"));
+    testbed::install_crds(&env.rt, &env.client).unwrap_or_else(|e| panic!("e2e: {e}"));
     let namespaces: Api<Namespace> = Api::all(env.client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
     env.rt
@@ -781,12 +546,9 @@ fn phalanx_serve_on_the_testbed() {
         .prefix("phalanx-e2e-")
         .tempdir()
         .expect("a temporary directory");
-    let mut replicas = start_replicas(dir.path());
+    let (mut replicas, _) = testbed::start_replicas(dir.path(), &[]);
     let ready = poll(DEADLINE, "3 replicas ready (/readyz)", || {
-        let ready = replicas
-            .iter()
-            .filter(|r| matches!(http_get(r.http, "/readyz"), Ok((200, _))))
-            .count();
+        let ready = replicas.iter().filter(|r| r.ready()).count();
         Ok((ready == 3).then_some(()))
     });
     if let Err(e) = ready {
@@ -805,35 +567,13 @@ fn phalanx_serve_on_the_testbed() {
             check_graceful_stop(&mut replicas),
         ));
     }
-    for r in &mut replicas {
-        r.kill();
-    }
-    let mut failed = 0;
-    for (name, r) in &results {
-        match r {
-            Ok(detail) => println!("e2e: ok   {name}: {detail}"),
-            Err(why) => {
-                failed += 1;
-                println!("e2e: FAIL {name}: {why}");
-            }
-        }
-    }
-    let keep = std::env::temp_dir().join("phalanx-e2e-logs");
-    let _ = std::fs::remove_dir_all(&keep);
-    let _ = std::fs::create_dir_all(&keep);
-    for r in &replicas {
-        let _ = std::fs::copy(&r.log, keep.join(format!("serve-{}.log", r.id)));
-    }
-    println!("e2e: replica logs kept in {}", keep.display());
-    // The namespace's pods go (kwok removes deleted pods); no namespace controller runs on the
-    // testbed, so the namespace itself is left.
-    let _ = env.rt.block_on(env.pods().delete_collection(
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-        &ListParams::default(),
-    ));
-    println!("e2e: {} passed, {failed} failed", results.len() - failed);
-    assert_eq!(failed, 0, "e2e checks failed (see the lines above)");
+    // No namespace controller runs on the testbed, so the namespace itself is left.
+    testbed::finish(
+        &env.rt,
+        &env.client,
+        &env.ns,
+        &mut replicas,
+        &results,
+        "phalanx-e2e-logs",
+    );
 }

@@ -4,29 +4,8 @@
 use std::time::{Duration, Instant};
 
 use super::checks::MAX_PODS_PER_GANG;
+use super::tests::{assert_mentions, load, load_err};
 use super::*;
-
-fn load(text: &str) -> Result<Workload, ManifestError> {
-    load_workload(text, &LoadOptions::default())
-}
-
-#[track_caller]
-fn load_err(text: &str) -> String {
-    match load(text) {
-        Ok(w) => panic!("expected an error, loaded {} pods", w.pods.len()),
-        Err(e) => e.to_string(),
-    }
-}
-
-#[track_caller]
-fn assert_mentions(message: &str, parts: &[&str]) {
-    for part in parts {
-        assert!(
-            message.contains(part),
-            "{message:?} does not mention {part:?}"
-        );
-    }
-}
 
 fn pod_group(name: &str, min_member: &str) -> String {
     format!(

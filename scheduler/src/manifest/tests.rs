@@ -12,12 +12,12 @@ const RULE: &str = include_str!("../../tests/fixtures/seed/prometheus-rule.yaml"
 
 const GI: i64 = 1 << 30;
 
-fn load(text: &str) -> Result<Workload, ManifestError> {
+pub(super) fn load(text: &str) -> Result<Workload, ManifestError> {
     load_workload(text, &LoadOptions::default())
 }
 
 #[track_caller]
-fn load_err(text: &str) -> String {
+pub(super) fn load_err(text: &str) -> String {
     match load(text) {
         Ok(w) => panic!("expected an error, loaded {} pods", w.pods.len()),
         Err(e) => e.to_string(),
@@ -25,7 +25,7 @@ fn load_err(text: &str) -> String {
 }
 
 #[track_caller]
-fn assert_mentions(message: &str, parts: &[&str]) {
+pub(super) fn assert_mentions(message: &str, parts: &[&str]) {
     for part in parts {
         assert!(
             message.contains(part),

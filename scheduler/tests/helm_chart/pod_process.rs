@@ -25,8 +25,7 @@
 //! probe port, an unexpected peer name) fails the test rather than being skipped.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,9 +37,10 @@ use kube::core::DynamicObject;
 use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
 use serde_json::json;
 
+use crate::testbed::{GPU, check_no_overcommit, gpu_use_of, http_get, node_of};
+
 /// The image's entrypoint, as deploy/Dockerfile installs it.
 const IMAGE_ENTRYPOINT: &str = "/usr/local/bin/phalanx";
-const GPU: &str = "nvidia.com/gpu";
 const GPUS_PER_NODE: i64 = 8;
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -470,31 +470,6 @@ impl Drop for Running {
     }
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad response {text:?}"))?;
-    Ok((
-        code,
-        text.split_once("\r\n\r\n")
-            .map(|x| x.1.to_string())
-            .unwrap_or_default(),
-    ))
-}
-
 fn poll<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {
     let start = Instant::now();
     let mut last = String::new();
@@ -594,28 +569,7 @@ impl Cluster {
                 .count();
             Ok((bound == pods).then_some(()))
         })?;
-        let mut used: BTreeMap<String, i64> = BTreeMap::new();
-        for p in self.pods()? {
-            let phase = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            if let (Some(node), false) = (node_of(&p), phase == "Succeeded" || phase == "Failed") {
-                *used.entry(node).or_default() += gpus_of(&p);
-            }
-        }
-        let over: Vec<String> = used
-            .iter()
-            .filter(|(_, g)| **g > GPUS_PER_NODE)
-            .map(|(n, g)| format!("{n}: {g}"))
-            .collect();
-        if !over.is_empty() {
-            return Err(format!(
-                "nodes over {GPUS_PER_NODE} GPUs: {}",
-                over.join(", ")
-            ));
-        }
+        check_no_overcommit(&gpu_use_of(&self.pods()?), GPUS_PER_NODE)?;
         Ok(format!(
             "{name}: {pods} of {pods} pods bound, no node over {GPUS_PER_NODE} GPUs"
         ))
@@ -697,30 +651,6 @@ impl Cluster {
             .map_err(|e| e.to_string())?;
         Ok(pg.data["status"]["phase"].as_str().map(str::to_string))
     }
-}
-
-fn node_of(p: &Pod) -> Option<String> {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty())
-}
-
-fn gpus_of(p: &Pod) -> i64 {
-    p.spec
-        .iter()
-        .flat_map(|s| &s.containers)
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get(GPU)?
-                .0
-                .parse::<i64>()
-                .ok()
-        })
-        .sum()
 }
 
 fn port_free(port: u16) -> bool {

@@ -1,3 +1,5 @@
+#![allow(dead_code)] // each test binary that includes this module uses a different part of it
+
 //! What the end-to-end tests on the testbed share: the kubeconfig, polling, `phalanx
 //! serve` processes and their /metrics, the CRDs, and the summary at the end.
 
@@ -161,6 +163,15 @@ impl Drop for Replica {
 /// Three `phalanx serve` replicas (ids 1-3, period 500 ms) with `extra` flags; also
 /// returns their ledger addresses (id -> host:port).
 pub fn start_replicas(dir: &Path, extra: &[String]) -> (Vec<Replica>, BTreeMap<u64, String>) {
+    start_replicas_with(dir, extra, &|_| Vec::new())
+}
+
+/// [`start_replicas`], each replica also given `own(id)` (flags that differ per replica).
+pub fn start_replicas_with(
+    dir: &Path,
+    extra: &[String],
+    own: &dyn Fn(u64) -> Vec<String>,
+) -> (Vec<Replica>, BTreeMap<u64, String>) {
     let ids = [1u64, 2, 3];
     let raft: BTreeMap<u64, String> = ids
         .iter()
@@ -195,6 +206,7 @@ pub fn start_replicas(dir: &Path, extra: &[String]) -> (Vec<Replica>, BTreeMap<u
                 .arg(kubeconfig())
                 .args(["--period-ms", "500"])
                 .args(extra)
+                .args(own(*id))
                 .env("PHALANX_LOG", "info,openraft=error")
                 .stdout(Stdio::from(out))
                 .stderr(Stdio::from(err))
@@ -286,4 +298,62 @@ pub fn finish(
     println!("e2e: {} passed, {failed} failed", results.len() - failed);
     assert!(!results.is_empty(), "no check ran");
     assert_eq!(failed, 0, "e2e checks failed (see the lines above)");
+}
+
+/// The GPU resource the testbed's kwok nodes offer.
+pub const GPU: &str = "nvidia.com/gpu";
+
+/// The node a pod is bound to.
+pub fn node_of(p: &Pod) -> Option<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+/// GPUs a pod's containers request.
+pub fn gpus_of(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get(GPU)?
+                .0
+                .parse::<i64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// GPUs held per node by those of `pods` that are bound and not finished.
+pub fn gpu_use_of(pods: &[Pod]) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for p in pods {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        if let Some(node) = node_of(p) {
+            *out.entry(node).or_insert(0) += gpus_of(p);
+        }
+    }
+    out
+}
+
+/// I1 as the API server shows it: an error naming every node over `per_node` GPUs.
+pub fn check_no_overcommit(used: &BTreeMap<String, i64>, per_node: i64) -> Result<(), String> {
+    let over: Vec<String> = used
+        .iter()
+        .filter(|(_, used)| **used > per_node)
+        .map(|(n, used)| format!("{n}: {used} GPUs of {per_node}"))
+        .collect();
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("nodes over their GPUs: {}", over.join(", ")))
+    }
 }
