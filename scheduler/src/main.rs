@@ -109,6 +109,13 @@ struct ServeArgs {
     /// Namespace of the replicas' Lease objects (coordination.k8s.io/v1).
     #[arg(long, default_value = "default", value_name = "NAMESPACE")]
     lease_namespace: String,
+    /// Serve the 2PC CoordinatorService here, and place gangs that span shards' pools by
+    /// two-phase reservation between replicas (without it they stay pending).
+    #[arg(long, value_name = "IP:PORT")]
+    coord_listen: Option<std::net::SocketAddr>,
+    /// Every replica's CoordinatorService address, as id=IP:port, comma-separated.
+    #[arg(long, default_value = "", value_name = "ID=IP:PORT,...")]
+    coord_peers: String,
 }
 
 #[derive(Args, Debug)]
@@ -201,7 +208,7 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    use phalanx_scheduler::serve::{ServeOptions, identity, parse_peers, run};
+    use phalanx_scheduler::serve::{ServeOptions, identity, parse_coord_peers, parse_peers, run};
     if let Err(e) = check_serve_bounds(&args) {
         eprintln!("error: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);
@@ -221,6 +228,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let peers = match parse_peers(&args.peers) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let coord_peers = match parse_coord_peers(&args.coord_peers) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -271,6 +285,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         shard_by_label: args.shard_by_label,
         shard_lease_ms: args.shard_lease_ms,
         lease_namespace: args.lease_namespace,
+        coord_listen: args.coord_listen,
+        coord_peers,
     };
     if let Err(e) = check_sharding_flags(
         opts.shards,

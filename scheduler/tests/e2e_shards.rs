@@ -2,7 +2,9 @@
 //! one real kube-apiserver with 16 kwok nodes (8 GPUs each, in 4 zones). Every replica owns
 //! shards and binds the gangs of its shards' queues; the owner of a shard is SIGKILLed
 //! just after a placement of its shard was committed and before it was bound: its shards
-//! move at a higher epoch and the placement is bound by the shard's next owner.
+//! move at a higher epoch and the placement is bound by the shard's next owner. A gang too
+//! large for the pools of its home shard's owner is placed by two-phase reservation
+//! between the processes (each replica serves `--coord-listen`, all know `--coord-peers`).
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` runs it after
 //! `e2e_kube`, on the same testbed:
@@ -27,12 +29,21 @@ use phalanx_scheduler::model::{ObjectKey, Resources};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use phalanx_statestore::{GangDecision, LedgerClient, LedgerResponse};
 use serde_json::json;
-use testbed::{Check, DEADLINE, Replica, kubeconfig, poll};
+use testbed::{Check, DEADLINE, GPU, Replica, kubeconfig, poll};
 
 const SHARDS: u32 = 6;
-const GPU: &str = "nvidia.com/gpu";
 const GPUS_PER_NODE: i64 = 8;
 const LEASE_MS: u64 = 3000;
+
+/// Shard -> (owner, epoch).
+type Owners = BTreeMap<u32, (u64, u64)>;
+
+/// One pod of a gang: its name, node (when bound) and `phalanx.dev/bound-by`.
+struct GangPod {
+    name: String,
+    node: Option<String>,
+    bound_by: Option<String>,
+}
 
 struct Env {
     rt: tokio::runtime::Runtime,
@@ -69,11 +80,38 @@ impl Env {
 
     /// A PodGroup in `queue` and `count` one-GPU pods scheduled by phalanx.
     fn create_gang(&self, name: &str, queue: &str, count: u32) -> Result<(), String> {
-        let groups: Api<DynamicObject> = Api::namespaced_with(
+        self.create_gang_of(name, queue, count, 1)
+    }
+
+    fn pod_groups(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
             self.client.clone(),
             &self.ns,
             &volcano_resource("PodGroup", "podgroups"),
-        );
+        )
+    }
+
+    /// Deletes a gang's pods and PodGroup.
+    fn delete_gang(&self, name: &str, count: u32) -> Result<(), String> {
+        let now = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..kube::api::DeleteParams::default()
+        };
+        for i in 0..count {
+            self.rt
+                .block_on(self.pods().delete(&format!("{name}-{i}"), &now))
+                .map_err(|e| format!("deleting pod {name}-{i}: {e}"))?;
+        }
+        self.rt
+            .block_on(self.pod_groups().delete(name, &now))
+            .map(|_| ())
+            .map_err(|e| format!("deleting PodGroup {name}: {e}"))
+    }
+
+    /// A PodGroup in `queue` and `count` pods of `gpus` GPUs scheduled by phalanx.
+    fn create_gang_of(&self, name: &str, queue: &str, count: u32, gpus: u32) -> Result<(), String> {
+        let gpus = gpus.to_string();
+        let groups = self.pod_groups();
         let pg: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": self.ns},
@@ -90,8 +128,8 @@ impl Env {
                     "annotations": {"scheduling.k8s.io/group-name": name, "volcano.sh/task-spec": "worker"}},
                 "spec": {"schedulerName": "phalanx",
                     "containers": [{"name": "main", "image": "phalanx-e2e:fake",
-                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: "1"},
-                                      "limits": {GPU: "1"}}}]},
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: gpus},
+                                      "limits": {GPU: gpus}}}]},
             }))
             .map_err(|e| e.to_string())?;
             self.rt
@@ -102,10 +140,7 @@ impl Env {
     }
 
     /// The test namespace's pods of `group`: (pod, node, bound-by).
-    fn gang_pods(
-        &self,
-        group: &str,
-    ) -> Result<Vec<(String, Option<String>, Option<String>)>, String> {
+    fn gang_pods(&self, group: &str) -> Result<Vec<GangPod>, String> {
         let pods = self
             .rt
             .block_on(self.pods().list(&ListParams::default()))
@@ -127,7 +162,11 @@ impl Env {
                     .as_ref()
                     .and_then(|a| a.get(BOUND_BY_ANNOTATION).cloned());
                 let node = p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty());
-                (p.metadata.name.unwrap_or_default(), node, by)
+                GangPod {
+                    name: p.metadata.name.unwrap_or_default(),
+                    node,
+                    bound_by: by,
+                }
             })
             .collect())
     }
@@ -136,8 +175,8 @@ impl Env {
     fn wait_bound(&self, group: &str) -> Result<BTreeSet<String>, String> {
         poll(DEADLINE, &format!("{group}: every pod bound"), || {
             let pods = self.gang_pods(group)?;
-            let all = !pods.is_empty() && pods.iter().all(|(_, n, _)| n.is_some());
-            Ok(all.then(|| pods.into_iter().filter_map(|(_, _, by)| by).collect()))
+            let all = !pods.is_empty() && pods.iter().all(|p| p.node.is_some());
+            Ok(all.then(|| pods.into_iter().filter_map(|p| p.bound_by).collect()))
         })
     }
 
@@ -167,60 +206,17 @@ impl Env {
             .rt
             .block_on(all.list(&ListParams::default()))
             .map_err(|e| e.to_string())?;
-        let mut out = BTreeMap::new();
-        for p in pods.items {
-            let phase = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            if phase == "Succeeded" || phase == "Failed" {
-                continue;
-            }
-            let gpus: i64 = p
-                .spec
-                .as_ref()
-                .map(|s| {
-                    s.containers
-                        .iter()
-                        .filter_map(|c| {
-                            c.resources
-                                .as_ref()?
-                                .requests
-                                .as_ref()?
-                                .get(GPU)?
-                                .0
-                                .parse::<i64>()
-                                .ok()
-                        })
-                        .sum()
-                })
-                .unwrap_or(0);
-            if let Some(node) = p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty()) {
-                *out.entry(node).or_insert(0) += gpus;
-            }
-        }
-        Ok(out)
+        Ok(testbed::gpu_use_of(&pods.items))
     }
 
     fn no_overcommit(&self) -> Result<(), String> {
-        let over: Vec<String> = self
-            .gpu_use()?
-            .into_iter()
-            .filter(|(_, used)| *used > GPUS_PER_NODE)
-            .map(|(n, used)| format!("{n}: {used} GPUs of {GPUS_PER_NODE}"))
-            .collect();
-        if over.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("nodes over their GPUs: {}", over.join(", ")))
-        }
+        testbed::check_no_overcommit(&self.gpu_use()?, GPUS_PER_NODE)
     }
 }
 
 /// Shard -> (owner, epoch) as the live replicas' /metrics say (`phalanx_shard_epoch`),
 /// once every shard has exactly one owner.
-fn assignment(replicas: &[Replica]) -> Result<Option<BTreeMap<u32, (u64, u64)>>, String> {
+fn assignment(replicas: &[Replica]) -> Result<Option<Owners>, String> {
     let mut owners: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     for r in replicas.iter().filter(|r| r.alive()) {
         for (shard, epoch) in r.owned_epochs()? {
@@ -235,7 +231,7 @@ fn check_every_replica_binds(
     env: &Env,
     replicas: &[Replica],
     pools: &BTreeMap<String, u32>,
-) -> Result<(String, BTreeMap<u32, (u64, u64)>), String> {
+) -> Result<(String, Owners), String> {
     let owners = poll(DEADLINE, "every shard owned by exactly one replica", || {
         let a = assignment(replicas)?;
         // Every replica owns a shard (the leader rebalances as Leases appear).
@@ -286,13 +282,71 @@ fn check_every_replica_binds(
     ))
 }
 
+/// A gang too big for any one pool of the replica that owns its home shard is placed by
+/// two-phase reservation between the replicas (`--coord-listen`/`--coord-peers`): every pod
+/// bound, on nodes of more than one shard, no node over its GPUs, and a transaction
+/// counted as committed by a replica's `/metrics`.
+fn check_spanning_gang_placed_by_2pc(
+    env: &Env,
+    replicas: &[Replica],
+    owners: &Owners,
+    pools: &BTreeMap<String, u32>,
+) -> Check {
+    let pool_size = |s: u32| pools.values().filter(|p| **p == s).count();
+    let (&home, &(owner, _)) = owners
+        .iter()
+        .filter(|(s, _)| pool_size(**s) > 0)
+        .min_by_key(|(s, _)| pool_size(**s))
+        .ok_or("no shard with nodes")?;
+    let largest_owned = owners
+        .iter()
+        .filter(|(_, (o, _))| *o == owner)
+        .map(|(s, _)| pool_size(*s))
+        .max()
+        .unwrap_or(0);
+    // 4-GPU pods, two per node at most: more pods than the owner's largest pool can hold.
+    let count = u32::try_from(largest_owned * 2 + 1).map_err(|e| e.to_string())?;
+    let queue = env.queue_for(home)?;
+    env.create_gang_of("wide", &queue, count, 4)?;
+    env.wait_bound("wide")?;
+    let shards: BTreeSet<u32> = env
+        .gang_pods("wide")?
+        .iter()
+        .filter_map(|p| p.node.as_ref().and_then(|n| pools.get(n)).copied())
+        .collect();
+    if shards.len() < 2 {
+        return Err(format!(
+            "wide: all {count} pods in shards {shards:?}; the gang was sized to need two"
+        ));
+    }
+    let over: Vec<_> = env
+        .gpu_use()?
+        .into_iter()
+        .filter(|(_, used)| *used > GPUS_PER_NODE)
+        .collect();
+    if !over.is_empty() {
+        return Err(format!("nodes over their {GPUS_PER_NODE} GPUs: {over:?}"));
+    }
+    let committed = poll(DEADLINE, "a committed 2PC transaction in /metrics", || {
+        let mut sum = 0.0;
+        for r in replicas.iter().filter(|r| r.alive()) {
+            sum += r.counter(r#"phalanx_2pc_transactions_total{outcome="committed"}"#)?;
+        }
+        Ok((sum >= 1.0).then_some(sum))
+    })?;
+    env.delete_gang("wide", count)?;
+    Ok(format!(
+        "a {count} x 4-GPU gang homed in shard {home} (owner {owner}, largest owned pool {largest_owned} nodes) bound over shards {shards:?}; {committed} committed transaction(s)"
+    ))
+}
+
 /// Commits, as the victim at its epoch, a placement of a new pending gang on a node of
 /// `shard`'s pool, then SIGKILLs the victim: the committed-but-unbound state of an owner
 /// that died between commit and bind.
 fn check_owner_killed(
     env: &Env,
     replicas: &mut [Replica],
-    owners: &BTreeMap<u32, (u64, u64)>,
+    owners: &Owners,
     pools: &BTreeMap<String, u32>,
     ledger: &LedgerClient,
 ) -> Check {
@@ -321,7 +375,7 @@ fn check_owner_killed(
         gang: ObjectKey::new(&env.ns, "orphan"),
         placements: (0..2)
             .map(|i| Placement {
-                pod: ObjectKey::new(&env.ns, &format!("orphan-{i}")),
+                pod: ObjectKey::new(&env.ns, format!("orphan-{i}")),
                 node: node.clone(),
                 resources: Resources::from_pairs([(GPU, 1)]),
             })
@@ -360,10 +414,10 @@ fn check_owner_killed(
         ));
     }
     for pod in env.gang_pods("orphan")? {
-        if pod.1.as_deref() != Some(node.as_str()) {
+        if pod.node.as_deref() != Some(node.as_str()) {
             return Err(format!(
                 "orphan pod {} bound to {:?}, not to its committed node {node}",
-                pod.0, pod.1
+                pod.name, pod.node
             ));
         }
     }
@@ -377,7 +431,7 @@ fn check_owner_killed(
     groups.extend(["orphan".to_string(), "after-kill".to_string()]);
     for g in &groups {
         let pods = env.gang_pods(g)?;
-        let bound = pods.iter().filter(|p| p.1.is_some()).count();
+        let bound = pods.iter().filter(|p| p.node.is_some()).count();
         if bound != 0 && bound != pods.len() {
             return Err(format!("{g} is half-bound: {bound} of {}", pods.len()));
         }
@@ -444,7 +498,20 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (mut replicas, peers) = testbed::start_replicas(dir.path(), &extra);
+    // Every replica's CoordinatorService, for the 2PC of gangs that span shards.
+    let coord: BTreeMap<u64, String> = [1u64, 2, 3]
+        .iter()
+        .map(|id| (*id, format!("127.0.0.1:{}", testbed::free_port())))
+        .collect();
+    let coord_peers = coord
+        .iter()
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut extra = extra;
+    extra.extend(["--coord-peers".to_string(), coord_peers]);
+    let own = |id: u64| vec!["--coord-listen".to_string(), coord[&id].clone()];
+    let (mut replicas, peers) = testbed::start_replicas_with(dir.path(), &extra, &own);
     let ledger = LedgerClient::new(peers);
     let mut results: Vec<(&str, Check)> = Vec::new();
     let ready = poll(
@@ -456,6 +523,10 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
         Err(e) => results.push(("every replica binds its shards' gangs", Err(e))),
         Ok((detail, owners)) => {
             results.push(("every replica binds its shards' gangs", Ok(detail)));
+            results.push((
+                "a gang that needs more than one shard is placed by 2PC between replicas",
+                check_spanning_gang_placed_by_2pc(&env, &replicas, &owners, &pools),
+            ));
             results.push((
                 "a shard owner killed between commit and bind",
                 check_owner_killed(&env, &mut replicas, &owners, &pools, &ledger),

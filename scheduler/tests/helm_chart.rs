@@ -7,6 +7,8 @@
 //! testbed up and installs the chart first. The check that the chart's CRDs are
 //! `deploy/crds/` needs nothing and always runs.
 
+mod testbed;
+
 mod helm_chart {
     pub mod chart;
     pub mod pod_process;
@@ -371,9 +373,17 @@ fn serve_flags_and_resources_follow_the_values() {
         "--shards=4",
         "--shard-by-label=topology.kubernetes.io/zone",
         "--shard-lease-ms=900",
+        "--coord-listen=0.0.0.0:7002",
+        "--coord-peers=1=phalanx-0.phalanx-peers.phalanx-system.svc.cluster.local:7002,2=phalanx-1.phalanx-peers.phalanx-system.svc.cluster.local:7002,3=phalanx-2.phalanx-peers.phalanx-system.svc.cluster.local:7002",
     ] {
         assert!(a.contains(&want.to_string()), "{want} in {a:?}");
     }
+    assert!(
+        !args(&render(NS, &[]))
+            .iter()
+            .any(|a| a.starts_with("--coord")),
+        "one shard: no 2PC service"
+    );
     let c = container(&docs);
     assert_eq!(c["resources"]["limits"]["memory"], json!("3Gi"));
     assert!(c["resources"]["requests"]["cpu"].is_string());
@@ -451,7 +461,10 @@ fn bad_values_are_refused_with_the_key_named() {
         ("replicaz=3", "replicaz"),
         ("scheduler.shards=0", "shards"),
         ("scheduler.shardByLabel=a b", "shardByLabel"),
-        ("scheduler.shards=4,scheduler.shardLeaseMs=1500", "shardLeaseMs 1500"),
+        (
+            "scheduler.shards=4,scheduler.shardLeaseMs=1500",
+            "shardLeaseMs 1500",
+        ),
     ] {
         let err = helm_chart::chart::render_err(NS, &[set]);
         assert!(err.contains(says), "--set {set}: {err}");

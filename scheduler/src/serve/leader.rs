@@ -146,7 +146,11 @@ mod tests {
             node_commands(&LedgerState::new(), &[node("a", "zone-0")], &map),
         );
         let moved = node("a", "zone-7");
-        let commands = node_commands(&ledger.read_state().expect("reads"), &[moved.clone()], &map);
+        let commands = node_commands(
+            &ledger.read_state().expect("reads"),
+            std::slice::from_ref(&moved),
+            &map,
+        );
         assert_eq!(
             commands,
             vec![LedgerCommand::UpsertNode {

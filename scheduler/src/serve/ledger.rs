@@ -62,6 +62,13 @@ impl LedgerBackend for ServeLedger {
         read_through(&self.handle, &self.client, &mut self.mirror)
     }
 
+    fn propose_raw(
+        &mut self,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        propose_through(&self.handle, &self.client, commands, false)
+    }
+
     fn replica_count(&self) -> usize {
         0
     }

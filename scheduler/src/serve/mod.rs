@@ -32,6 +32,7 @@ pub mod ledger;
 pub mod liveness;
 pub mod replica;
 pub mod route;
+pub mod twophase;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -80,6 +81,11 @@ pub struct ServeOptions {
     pub shard_lease_ms: u64,
     /// Namespace of the replicas' Lease objects.
     pub lease_namespace: String,
+    /// Serve the CoordinatorService here and run 2PC for gangs spanning pools (off: such
+    /// gangs stay pending).
+    pub coord_listen: Option<SocketAddr>,
+    /// Every replica's CoordinatorService address.
+    pub coord_peers: BTreeMap<u64, String>,
 }
 
 /// What `ShardingConfig` says about `--shards` and `--shard-by-label`.
@@ -136,6 +142,15 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ServeError> {
     Ok(out)
 }
 
+/// Parses `--coord-peers`: `1=10.0.0.5:7101,2=phalanx-1.phalanx-peers:7101` (addresses or
+/// names, as `--peers`; a name is resolved at each connection).
+pub fn parse_coord_peers(text: &str) -> Result<BTreeMap<u64, String>, ServeError> {
+    parse_peers(text).map_err(|e| match e {
+        ServeError::Peers(why) => ServeError::Peers(format!("--coord-peers: {why}")),
+        other => other,
+    })
+}
+
 /// Metric names (Prometheus), in one place.
 pub mod metric {
     pub const CYCLES: &str = "phalanx_cycles_total";
@@ -156,6 +171,12 @@ pub mod metric {
     pub const LEASE_RENEW_FAILURES: &str = "phalanx_lease_renew_failures_total";
     /// Gangs planned over pools this replica does not own alone (left pending).
     pub const GANGS_KEPT_BACK: &str = "phalanx_gangs_kept_back_total";
+    /// Cross-shard transactions ended, by `outcome` (committed, aborted, rejected,
+    /// unfinished).
+    pub const TXNS: &str = "phalanx_2pc_transactions_total";
+    pub const TXNS_STARTED: &str = "phalanx_2pc_transactions_started_total";
+    /// 2PC messages sent to other replicas, by `result` (sent, refused).
+    pub const COORD_MESSAGES: &str = "phalanx_2pc_messages_total";
     pub const PENDING_JOBS: &str = "phalanx_pending_jobs";
 }
 
@@ -255,8 +276,18 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         });
     }
 
+    let twophase = match opts.coord_listen {
+        None => None,
+        Some(addr) => {
+            let tp =
+                twophase::TwoPhase::start(handle.clone(), opts.id, addr, opts.coord_peers.clone())
+                    .map_err(|e| ServeError::Start(format!("--coord-listen {addr}: {e}")))?;
+            tracing::info!(addr = %tp.addr(), "serving the CoordinatorService");
+            Some(tp)
+        }
+    };
     let ledger = ServeLedger::new(handle, client, SINGLE_SHARD, 0);
-    let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone());
+    let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone(), twophase);
     let period = Duration::from_millis(opts.period_ms.max(10));
     while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();

@@ -30,6 +30,7 @@ use super::lease::ReplicaLeases;
 use super::ledger::{ServeLedger, next_epoch, reconcile};
 use super::liveness::LeaseWatch;
 use super::route::{NotLocal, kept_back_status, route};
+use super::twophase::{PumpInput, TwoPhase};
 use super::{ServeOptions, metric};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
@@ -38,6 +39,9 @@ use crate::ledger::sharded::Fence;
 use crate::ledger::{LedgerBackend, LedgerError, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::ObjectKey;
 use crate::shard::ShardMap;
+
+/// A gang the ledger accepted, with the fence it was committed at.
+type Accepted<'a> = (Fence, &'a GangPlacement);
 
 /// One replica's scheduling side.
 #[derive(Debug)]
@@ -56,6 +60,8 @@ pub struct ShardedReplica {
     watch: Option<LeaseWatch>,
     /// Origin of this replica's monotonic milliseconds.
     started: Instant,
+    /// The 2PC between replicas, when `--coord-listen` is given.
+    twophase: Option<TwoPhase>,
 }
 
 impl ShardedReplica {
@@ -65,6 +71,7 @@ impl ShardedReplica {
         ledger: ServeLedger,
         leases: ReplicaLeases,
         health: Arc<Health>,
+        twophase: Option<TwoPhase>,
     ) -> Self {
         let members = opts.peers.keys().copied().chain([opts.id]).collect();
         Self {
@@ -77,6 +84,7 @@ impl ShardedReplica {
             owned: BTreeMap::new(),
             watch: None,
             started: Instant::now(),
+            twophase,
         }
     }
 
@@ -198,10 +206,14 @@ impl ShardedReplica {
         let started = Instant::now();
         let state = self.ledger.read_state()?;
         self.refresh_owned(&state);
+        if let Some(tp) = self.twophase.as_mut() {
+            tp.follow(&self.owned, &state);
+        }
         if self.owned.is_empty() {
             return Ok(());
         }
         let owned = self.owned.clone();
+        self.pump_2pc(cluster, &snapshot, &state);
         let reconciled = reconcile(
             &mut self.ledger,
             cluster,
@@ -250,8 +262,9 @@ impl ShardedReplica {
             }
         }
         let state = self.ledger.read_state()?;
-        let (accepted, kept_back) = self.commit(&plan.gangs, &state);
+        let (accepted, kept_back) = self.commit(&plan.gangs, &state, &snapshot);
         let bound = self.bind(cluster, &accepted);
+        self.pump_2pc(cluster, &snapshot, &state);
         self.report(cluster, &snapshot, &plan, &accepted, &kept_back);
         counter!(metric::CYCLES).increment(1);
         histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
@@ -259,6 +272,55 @@ impl ShardedReplica {
             tracing::info!(pods = bound, gangs = accepted.len(), shards = ?owned.keys().collect::<Vec<_>>(), cycle_ms = started.elapsed().as_millis() as u64, "bound");
         }
         Ok(())
+    }
+
+    /// Runs the 2PC state machines of the owned shards (when enabled) on the messages
+    /// received since the last pump.
+    fn pump_2pc(
+        &mut self,
+        cluster: &mut KubeCluster,
+        snapshot: &ClusterSnapshot,
+        state: &LedgerState,
+    ) {
+        let Some(tp) = self.twophase.as_mut() else {
+            return;
+        };
+        tp.follow(&self.owned, state);
+        tp.pump(&mut PumpInput {
+            ledger: &mut self.ledger,
+            cluster,
+            snapshot,
+            state,
+            conf: &self.opts.conf,
+            scheduler_name: &self.opts.scheduler_name,
+        });
+    }
+
+    /// Starts the cross-shard transaction of a gang that `route` kept back, when 2PC runs
+    /// and this replica owns the gang's home shard; false if it stays kept back.
+    fn start_2pc(
+        &mut self,
+        gang: &GangPlacement,
+        snapshot: &ClusterSnapshot,
+        state: &LedgerState,
+    ) -> bool {
+        let Some(tp) = self.twophase.as_mut() else {
+            return false;
+        };
+        let Some(queue) = snapshot
+            .pod_groups
+            .iter()
+            .find(|g| g.key == gang.gang)
+            .map(|g| &g.queue)
+        else {
+            return false;
+        };
+        let home = self.map.shard_of_queue(queue);
+        let Some(epoch) = self.owned.get(&home).copied() else {
+            return false;
+        };
+        tp.start_gang((home, epoch), gang, state);
+        true
     }
 
     /// A fenced refusal means the shard is someone else's now: forget it at once.
@@ -280,12 +342,15 @@ impl ShardedReplica {
         &mut self,
         gangs: &'a [GangPlacement],
         state: &LedgerState,
-    ) -> (Vec<(Fence, &'a GangPlacement)>, Vec<(ObjectKey, NotLocal)>) {
+        snapshot: &ClusterSnapshot,
+    ) -> (Vec<Accepted<'a>>, Vec<(ObjectKey, NotLocal)>) {
         let mut by_fence: BTreeMap<Fence, Vec<&GangPlacement>> = BTreeMap::new();
         let mut kept_back = Vec::new();
         for gang in gangs {
             match route(gang, state, &self.owned) {
                 Ok(fence) => by_fence.entry(fence).or_default().push(gang),
+                Err(NotLocal::SpansShards(_) | NotLocal::OtherOwner(_))
+                    if self.start_2pc(gang, snapshot, state) => {}
                 Err(why) => {
                     counter!(metric::GANGS_KEPT_BACK).increment(1);
                     tracing::info!(gang = %gang.gang, reason = %why, "gang kept back");

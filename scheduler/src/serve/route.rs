@@ -125,7 +125,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, n)| Placement {
-                    pod: ObjectKey::new("ns", &format!("p{i}")),
+                    pod: ObjectKey::new("ns", format!("p{i}")),
                     node: n.to_string(),
                     resources: Resources::default(),
                 })

@@ -65,6 +65,20 @@ port>, the rule `phalanx serve --id-from-pod-name` applies to the pod's own name
 {{- end }}
 
 {{/*
+--coord-peers: every replica's CoordinatorService (2PC between replicas) by the same stable
+DNS names as --peers.
+*/}}
+{{- define "phalanx.coordPeers" -}}
+{{- $full := include "phalanx.fullname" . }}
+{{- $svc := include "phalanx.peersService" . }}
+{{- $peers := list }}
+{{- range $i := until (int .Values.replicas) }}
+{{- $peers = append $peers (printf "%d=%s-%d.%s.%s.svc.%s:%d" (add1 $i) $full $i $svc $.Release.Namespace $.Values.clusterDomain (int $.Values.ports.coord)) }}
+{{- end }}
+{{- join "," $peers }}
+{{- end }}
+
+{{/*
 Membership is fixed when the ledger group forms: `phalanx serve` has no membership change
 yet, so an upgrade that changes replicas would leave new replicas outside the group (never
 ready) or a group that waits for replicas that are gone. Refuse it, naming both numbers.

@@ -259,8 +259,8 @@ pub enum ClientError {
     /// The address is not one a channel can be made to.
     #[error("bad address {addr}: {why}")]
     BadAddress {
-        /// The address.
-        addr: SocketAddr,
+        /// The address (`IP:port` or `host:port`).
+        addr: String,
         /// Why.
         why: String,
     },
@@ -291,9 +291,15 @@ impl CoordClient {
     /// A client that connects on its first request (and reconnects after a failure).
     /// Must be called within a tokio runtime.
     pub fn connect_lazy(addr: SocketAddr) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        Self::connect_lazy_to(&addr.to_string())
+    }
+
+    /// [`connect_lazy`](Self::connect_lazy) to `host:port`; a name is resolved at each
+    /// connection, so a peer that comes back at a new address (a rescheduled pod) is found.
+    pub fn connect_lazy_to(target: &str) -> Result<Self, ClientError> {
+        let endpoint = Endpoint::from_shared(format!("http://{target}"))
             .map_err(|e| ClientError::BadAddress {
-                addr,
+                addr: target.to_string(),
                 why: e.to_string(),
             })?
             .connect_timeout(CONNECT_TIMEOUT)
