@@ -1,9 +1,18 @@
-//! A cycle's plan larger than one proposal of the replicated ledger (4 MiB serialized).
+//! A cycle's plan larger than one proposal of the replicated ledger (2 MiB serialized).
 //!
 //! Regression: the client refused such a proposal outright ("split the plan"), the
 //! scheduler reported a ledger error and planned the same gangs again next cycle, for ever:
 //! `phalanx simulate --nodes 20000 --jobs 12000 --replicas 3` never ended. The plan is now
 //! cut into proposals under the limit.
+//!
+//! Second regression, found by this test: at 4 MiB a proposal replicated more slowly than
+//! the 40 ms openraft 0.9 gives each AppendEntries, was resent every heartbeat and the
+//! client timed out (`Ambiguous`); the limit is now 2 MiB
+//! (`phalanx_statestore::network::MAX_PROPOSAL_BYTES`).
+//!
+//! Release build only (a debug build's JSON and apply of 2 MiB proposals is too slow
+//! for the AppendEntries deadline on a busy machine):
+//! `cargo test --release -p phalanx-scheduler --test ledger_proposal_limits -- --ignored`.
 
 use phalanx_scheduler::framework::{GangPlacement, Placement};
 use phalanx_scheduler::ledger::sharded::{Fence, command_sizes, gang_verdicts, place_at};
@@ -48,6 +57,7 @@ fn plan() -> Vec<GangPlacement> {
 }
 
 #[test]
+#[ignore = "5 MB through three Raft replicas: in a debug build 2 MiB proposals replicate too slowly for the AppendEntries deadline; .ci/run runs it in release"]
 fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger() {
     let mut ledger = RaftLedger::start(3).expect("raft starts");
     let nodes = nodes();
@@ -73,6 +83,7 @@ fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger()
 }
 
 #[test]
+#[ignore = "as above: .ci/run runs it in release"]
 fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
     let mut ledger = RaftLedger::start(3).expect("raft starts");
     let nodes = nodes();

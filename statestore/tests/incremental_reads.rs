@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const NODES: usize = 1_000;
 const PODS: usize = 100_000;
 const PODS_PER_GANG: usize = 1_000;
-/// 5 gangs of 1,000 pods is about 1 MiB of proposal (the limit is 4 MiB).
+/// 5 gangs of 1,000 pods is about 1 MiB of proposal (the limit is 2 MiB).
 const GANGS_PER_PROPOSAL: usize = 5;
 
 fn config() -> ReplicaConfig {

@@ -1,7 +1,7 @@
 //! Proposals that fit the replicated ledger's limits.
 //!
 //! One Raft entry holds at most `MAX_COMMANDS_PER_BATCH` commands and
-//! `MAX_PROPOSAL_BYTES` (4 MiB) of serialized batch; the ledger's client refuses a larger
+//! `MAX_PROPOSAL_BYTES` (2 MiB) of serialized batch; the ledger's client refuses a larger
 //! one outright ("split the plan"). A cycle's plan on a large cluster (12,000 gangs on
 //! 20,000 nodes) is larger than that, and the refusal came back every round for the same
 //! plan: the run never ended. [`split`] cuts a list of commands into batches under both

@@ -188,10 +188,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
         let req = wire::append_entries::to_wire(&rpc).map_err(wire_err)?;
-        // Too big for one message: ask openraft to send fewer entries (it splits and
-        // retries). A single entry always fits: proposals are capped at
-        // MAX_PROPOSAL_BYTES.
-        if req.payload.len() > super::MAX_MESSAGE_BYTES / 2 && rpc.entries.len() > 1 {
+        // More entry bytes than one AppendEntries can replicate within its heartbeat
+        // interval: ask openraft to send fewer entries (it splits and retries). A single
+        // entry is always sent: proposals are capped at MAX_PROPOSAL_BYTES.
+        if req.payload.len() > super::MAX_PROPOSAL_BYTES && rpc.entries.len() > 1 {
             let hint = (rpc.entries.len() / 2).max(1) as u64;
             return Err(RPCError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint(hint),
