@@ -5,6 +5,8 @@
 //! move at a higher epoch and the placement is bound by the shard's next owner. A gang too
 //! large for the pools of its home shard's owner is placed by two-phase reservation
 //! between the processes (each replica serves `--coord-listen`, all know `--coord-peers`).
+//! Last, the group is scaled 3 -> 5 -> 3 by `--peers` alone, as `helm upgrade --set
+//! replicas=N` does: the leader adds and removes Raft members (`serve/membership.rs`).
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` runs it after
 //! `e2e_kube`, on the same testbed:
@@ -442,6 +444,170 @@ fn check_owner_killed(
     ))
 }
 
+/// The replicas' addresses and common flags, to start (and restart) any of them with the
+/// `--peers` and `--coord-peers` of a given set of members.
+struct Fleet {
+    dir: std::path::PathBuf,
+    flags: Vec<String>,
+    raft: BTreeMap<u64, String>,
+    coord: BTreeMap<u64, String>,
+}
+
+impl Fleet {
+    fn new(dir: &std::path::Path, flags: Vec<String>, ids: impl IntoIterator<Item = u64>) -> Self {
+        let mut fleet = Self {
+            dir: dir.to_path_buf(),
+            flags,
+            raft: BTreeMap::new(),
+            coord: BTreeMap::new(),
+        };
+        for id in ids {
+            fleet.add(id);
+        }
+        fleet
+    }
+
+    /// Loopback ports for replica `id`'s Raft and CoordinatorService.
+    fn add(&mut self, id: u64) {
+        for map in [&mut self.raft, &mut self.coord] {
+            map.entry(id)
+                .or_insert_with(|| format!("127.0.0.1:{}", testbed::free_port()));
+        }
+    }
+
+    /// Starts replica `id` (on its data dir, if it ran before) as one of `members`.
+    fn start(&self, id: u64, members: &BTreeSet<u64>) -> Replica {
+        let pick = |map: &BTreeMap<u64, String>| -> BTreeMap<u64, String> {
+            members.iter().map(|m| (*m, map[m].clone())).collect()
+        };
+        let mut flags = self.flags.clone();
+        flags.extend([
+            "--coord-peers".to_string(),
+            testbed::peers_flag(&pick(&self.coord)),
+            "--coord-listen".to_string(),
+            self.coord[&id].clone(),
+        ]);
+        testbed::start_replica(&self.dir, id, &pick(&self.raft), &flags)
+    }
+
+    /// Restarts each of `order` in turn as one of `members` (SIGTERM, then start on its
+    /// data dir; a replica that is down is just started), each ready before the next, as
+    /// a StatefulSet rolls its pods.
+    fn roll(
+        &self,
+        replicas: &mut [Replica],
+        order: &[u64],
+        members: &BTreeSet<u64>,
+    ) -> Result<(), String> {
+        for id in order {
+            let at = replicas
+                .iter()
+                .position(|r| r.id == *id)
+                .ok_or(format!("no replica {id}"))?;
+            replicas[at].terminate();
+            replicas[at] = self.start(*id, members);
+            poll(
+                DEADLINE,
+                &format!("replica {id} ready after its restart"),
+                || Ok(replicas[at].ready().then_some(())),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Every live replica reports `n` voters and no learner; how long that took.
+fn wait_voters(replicas: &[Replica], n: usize) -> Result<Duration, String> {
+    let t = Instant::now();
+    poll(
+        DEADLINE,
+        &format!("{n} voters on every live replica"),
+        || {
+            for r in replicas.iter().filter(|r| r.alive()) {
+                let voters = r.counter("phalanx_raft_voters")?;
+                let learners = r.counter("phalanx_raft_learners")?;
+                if voters != n as f64 || learners != 0.0 {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )?;
+    Ok(t.elapsed())
+}
+
+/// Shards, once each has exactly one owner and all owners are in `among`.
+fn owners_among(replicas: &[Replica], among: &BTreeSet<u64>, all: bool) -> Result<Owners, String> {
+    poll(DEADLINE, &format!("shards owned by {among:?}"), || {
+        Ok(assignment(replicas)?.filter(|a| {
+            let holders: BTreeSet<u64> = a.values().map(|(o, _)| *o).collect();
+            holders.is_subset(among) && (!all || holders == *among)
+        }))
+    })
+}
+
+/// A two-pod gang in the queue of a shard with nodes, owned by one of `prefer` if any:
+/// bound, and by whom.
+fn gang_after(
+    env: &Env,
+    name: &str,
+    owners: &Owners,
+    pools: &BTreeMap<String, u32>,
+    prefer: &BTreeSet<u64>,
+) -> Result<String, String> {
+    let with_nodes = |s: &u32| pools.values().any(|p| p == s);
+    let shard = owners
+        .iter()
+        .filter(|(s, _)| with_nodes(s))
+        .max_by_key(|(_, (o, _))| prefer.contains(o))
+        .map(|(s, _)| *s)
+        .ok_or("no shard with nodes")?;
+    env.create_gang(name, &env.queue_for(shard)?, 2)?;
+    let by = env.wait_bound(name)?;
+    env.no_overcommit()?;
+    Ok(format!(
+        "{name} (shard {shard}, owner {}) bound by {by:?}",
+        owners[&shard].0
+    ))
+}
+
+/// The ledger group follows `--peers` (`serve/membership.rs`): replicas 4 and 5 started
+/// with the five-replica list, then 1-3 restarted with it (highest first), make five
+/// voters that all own shards; then 4 and 5 stopped and 1-3 restarted with the
+/// three-replica list make three voters again. A gang binds after each.
+fn check_scale_out_and_in(
+    env: &Env,
+    fleet: &mut Fleet,
+    replicas: &mut Vec<Replica>,
+    pools: &BTreeMap<String, u32>,
+) -> Check {
+    let five: BTreeSet<u64> = (1..=5).collect();
+    let three: BTreeSet<u64> = (1..=3).collect();
+    let new: BTreeSet<u64> = [4, 5].into();
+    for id in &new {
+        fleet.add(*id);
+    }
+    for id in &new {
+        replicas.push(fleet.start(*id, &five));
+    }
+    fleet.roll(replicas, &[3, 2, 1], &five)?;
+    let up = wait_voters(replicas, 5)?;
+    let owners = owners_among(replicas, &five, true)?;
+    let out = gang_after(env, "after-scale-out", &owners, pools, &new)?;
+    for r in replicas.iter_mut().filter(|r| new.contains(&r.id)) {
+        r.terminate();
+    }
+    fleet.roll(replicas, &[3, 2, 1], &three)?;
+    let down = wait_voters(replicas, 3)?;
+    let owners = owners_among(replicas, &three, false)?;
+    let back = gang_after(env, "after-scale-in", &owners, pools, &three)?;
+    Ok(format!(
+        "3 -> 5: five voters {:.1}s after the last restart, shards on all five, {out}; 5 -> 3: three voters {:.1}s after the last restart, {back}",
+        up.as_secs_f64(),
+        down.as_secs_f64()
+    ))
+}
+
 #[test]
 #[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16 --zones 4); .ci/run runs it with --ignored"]
 fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound() {
@@ -498,20 +664,11 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    // Every replica's CoordinatorService, for the 2PC of gangs that span shards.
-    let coord: BTreeMap<u64, String> = [1u64, 2, 3]
-        .iter()
-        .map(|id| (*id, format!("127.0.0.1:{}", testbed::free_port())))
-        .collect();
-    let coord_peers = coord
-        .iter()
-        .map(|(id, a)| format!("{id}={a}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut extra = extra;
-    extra.extend(["--coord-peers".to_string(), coord_peers]);
-    let own = |id: u64| vec!["--coord-listen".to_string(), coord[&id].clone()];
-    let (mut replicas, peers) = testbed::start_replicas_with(dir.path(), &extra, &own);
+    // Every replica serves the CoordinatorService (the 2PC of gangs that span shards).
+    let mut fleet = Fleet::new(dir.path(), extra, 1..=3);
+    let three: BTreeSet<u64> = (1..=3).collect();
+    let mut replicas: Vec<Replica> = three.iter().map(|id| fleet.start(*id, &three)).collect();
+    let peers = fleet.raft.clone();
     let ledger = LedgerClient::new(peers);
     let mut results: Vec<(&str, Check)> = Vec::new();
     let ready = poll(
@@ -530,6 +687,10 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
             results.push((
                 "a shard owner killed between commit and bind",
                 check_owner_killed(&env, &mut replicas, &owners, &pools, &ledger),
+            ));
+            results.push((
+                "the ledger group follows --peers: 3 -> 5 -> 3 replicas",
+                check_scale_out_and_in(&env, &mut fleet, &mut replicas, &pools),
             ));
         }
     }

@@ -223,8 +223,19 @@ check "kubectl auth can-i: the service account has every right serve uses" neede
 check "kubectl auth can-i: and none of the dangerous ones" dangerous_rights
 k auth can-i --list --as="$SA" >"$OUT/can-i-list.txt" 2>&1 || true
 
-check "helm upgrade to replicas=5 is refused (serve cannot change Raft membership)" \
-  refused "cannot change its Raft membership" "$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --set replicas=5
+# Scaling changes --peers on every pod; the Raft leader then follows it (serve/membership.rs,
+# run on processes by e2e_shards). Here: the upgrade is taken and the StatefulSet says so.
+sts_scaled_to() {
+  local want="$1" replicas peers
+  replicas="$(k -n "$NS" get statefulset phalanx -o jsonpath='{.spec.replicas}')" || return 1
+  peers="$(k -n "$NS" get statefulset phalanx -o jsonpath='{.spec.template.spec.containers[0].args}' |
+    tr ',' '\n' | grep -c '\.phalanx-peers\..*:7001')" || return 1
+  [[ "$replicas" == "$want" && "$peers" == "$want" ]] ||
+    { echo "replicas $replicas, $peers peers named; want $want"; return 1; }
+}
+scale_to() { "$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --reuse-values --set replicas="$1" >/dev/null && sts_scaled_to "$1"; }
+check "helm upgrade to replicas=5: the StatefulSet runs 5 and every pod's --peers names 5" scale_to 5
+check "helm upgrade back to replicas=3: 3 and 3" scale_to 3
 check "helm upgrade with the same replicas goes through" \
   "$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --set scheduler.periodMs=500
 

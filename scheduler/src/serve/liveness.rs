@@ -54,6 +54,12 @@ impl LeaseWatch {
         now_ms.saturating_sub(self.since_ms) < self.lease_ms
     }
 
+    /// Every replica whose Lease was heard from within one lease of `now_ms`, members of
+    /// the Raft group or not (a replica being added runs before it is a member).
+    pub fn running(&self, now_ms: u64) -> BTreeSet<ReplicaId> {
+        self.heard.live(now_ms)
+    }
+
     /// The live replicas at `now_ms`, among `members` (only Raft members may own shards).
     /// During the grace lease the current `owners` count as live too.
     pub fn live(

@@ -30,18 +30,19 @@ pub mod leader;
 pub mod lease;
 pub mod ledger;
 pub mod liveness;
+pub mod membership;
 pub mod replica;
 pub mod route;
 pub mod twophase;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use metrics::gauge;
+use metrics::{counter, gauge};
 use phalanx_statestore::{LedgerClient, ReplicaConfig, start_replica_with};
 use thiserror::Error;
 
@@ -178,6 +179,12 @@ pub mod metric {
     /// 2PC messages sent to other replicas, by `result` (sent, refused).
     pub const COORD_MESSAGES: &str = "phalanx_2pc_messages_total";
     pub const PENDING_JOBS: &str = "phalanx_pending_jobs";
+    /// Voters and learners of the ledger group, as this replica applied it.
+    pub const RAFT_VOTERS: &str = "phalanx_raft_voters";
+    pub const RAFT_LEARNERS: &str = "phalanx_raft_learners";
+    /// Membership steps the leader took, by `step` (add_learner, set_voters,
+    /// remove_learners).
+    pub const MEMBERSHIP_CHANGES: &str = "phalanx_membership_changes_total";
 }
 
 /// Runs one replica until SIGTERM or SIGINT (then stops its ledger replica and returns
@@ -286,6 +293,11 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             Some(tp)
         }
     };
+    // The voters the leader brings the group to (`membership.rs`): --peers and this one.
+    let mut desired = opts.peers.clone();
+    desired
+        .entry(opts.id)
+        .or_insert_with(|| opts.listen.to_string());
     let ledger = ServeLedger::new(handle, client, SINGLE_SHARD, 0);
     let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone(), twophase);
     let period = Duration::from_millis(opts.period_ms.max(10));
@@ -297,13 +309,81 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             .store(metrics.current_leader.is_some(), Ordering::Relaxed);
         let leader = metrics.current_leader == Some(opts.id);
         gauge!(metric::IS_LEADER).set(if leader { 1.0 } else { 0.0 });
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        gauge!(metric::RAFT_VOTERS).set(voters.len() as f64);
+        gauge!(metric::RAFT_LEARNERS).set(membership.learner_ids().count() as f64);
+        me.set_members(voters);
         me.period(&mut cluster, leader.then_some(metrics.current_term));
+        if let (true, Some(running)) = (leader, me.running()) {
+            follow_peers(&runtime, &replica, &desired, running);
+        }
         std::thread::sleep(period.saturating_sub(started.elapsed()));
     }
     tracing::info!(id = opts.id, "stopping: shutting the ledger replica down");
     runtime
         .block_on(replica.shutdown())
         .map_err(|e| ServeError::Stop(format!("ledger replica {}: {e}", opts.id)))
+}
+
+/// One step of bringing the Raft voters to `desired` (`membership::next_step`), taken by
+/// the leader at the end of its period. A failed step is logged and tried again next
+/// period; openraft refuses a change while another is in flight.
+fn follow_peers(
+    runtime: &tokio::runtime::Runtime,
+    replica: &phalanx_statestore::ReplicaHandle,
+    desired: &BTreeMap<u64, String>,
+    running: BTreeSet<u64>,
+) {
+    use membership::{MembershipStep, MembershipView, next_step};
+    let metrics = replica.metrics();
+    let stored = &metrics.membership_config;
+    let applied = metrics.last_applied.map(|l| l.index);
+    let view = MembershipView {
+        leader: metrics.id,
+        desired: desired.clone(),
+        voters: stored.membership().voter_ids().collect(),
+        learners: stored.membership().learner_ids().collect(),
+        running,
+        matched: metrics
+            .replication
+            .iter()
+            .flatten()
+            .filter_map(|(id, m)| Some((*id, (*m)?.index)))
+            .collect(),
+        last_log_index: metrics.last_log_index.unwrap_or(0),
+        changing: stored.membership().get_joint_config().len() > 1
+            || stored.log_id().map(|l| l.index) > applied,
+    };
+    let Some(step) = next_step(&view) else {
+        return;
+    };
+    tracing::info!(?step, voters = ?view.voters, learners = ?view.learners, "changing the ledger group's membership");
+    let raft = replica.raft();
+    let result = match &step {
+        MembershipStep::AddLearner { id, addr } => runtime
+            .block_on(raft.add_learner(*id, openraft::BasicNode { addr: addr.clone() }, false))
+            .map(|_| ()),
+        MembershipStep::SetVoters(voters) => runtime
+            .block_on(raft.change_membership(voters.clone(), false))
+            .map(|_| ()),
+        MembershipStep::RemoveLearners(ids) => runtime
+            .block_on(
+                raft.change_membership(openraft::ChangeMembers::RemoveNodes(ids.clone()), false),
+            )
+            .map(|_| ()),
+    };
+    let name = match step {
+        MembershipStep::AddLearner { .. } => "add_learner",
+        MembershipStep::SetVoters(_) => "set_voters",
+        MembershipStep::RemoveLearners(_) => "remove_learners",
+    };
+    match result {
+        Ok(()) => counter!(metric::MEMBERSHIP_CHANGES, "step" => name).increment(1),
+        Err(e) => {
+            tracing::warn!(step = name, error = %e, "membership change failed; retried next period")
+        }
+    }
 }
 
 #[cfg(test)]

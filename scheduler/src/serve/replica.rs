@@ -52,7 +52,8 @@ pub struct ShardedReplica {
     ledger: ServeLedger,
     leases: ReplicaLeases,
     health: Arc<Health>,
-    /// Raft members: the only replicas that may own a shard.
+    /// Raft voters, as the ledger replica's metrics said this period: the only replicas
+    /// that may own a shard (a learner being added does not).
     members: BTreeSet<ReplicaId>,
     /// Shard -> epoch owned this period, as the ledger said.
     owned: BTreeMap<ShardId, Epoch>,
@@ -90,6 +91,18 @@ impl ShardedReplica {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The voters of the Raft group this period: the only replicas that may own a shard.
+    pub fn set_members(&mut self, voters: BTreeSet<ReplicaId>) {
+        self.members = voters;
+    }
+
+    /// The replicas whose Lease this leader heard within one lease; `None` when it does
+    /// not lead.
+    pub fn running(&self) -> Option<BTreeSet<ReplicaId>> {
+        let now = self.now_ms();
+        self.watch.as_ref().map(|w| w.running(now))
     }
 
     /// The shards owned now (shard -> epoch).

@@ -111,6 +111,21 @@ impl Replica {
         }
     }
 
+    /// SIGTERM, as Kubernetes stops a pod, and waits for the exit: true if it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !sent {
+            let _ = c.kill();
+        }
+        c.wait().is_ok_and(|s| s.success())
+    }
+
     pub fn alive(&self) -> bool {
         self.child.is_some()
     }
@@ -129,7 +144,8 @@ impl Replica {
             .unwrap_or(false)
     }
 
-    /// The value of an unlabelled metric (0 when absent).
+    /// The value on the metric line `name value` (`name` may carry its labels, as
+    /// `x{a="b"}`); 0 when absent.
     pub fn counter(&self, name: &str) -> Result<f64, String> {
         Ok(self
             .metrics()?
@@ -172,55 +188,67 @@ pub fn start_replicas_with(
     extra: &[String],
     own: &dyn Fn(u64) -> Vec<String>,
 ) -> (Vec<Replica>, BTreeMap<u64, String>) {
-    let ids = [1u64, 2, 3];
-    let raft: BTreeMap<u64, String> = ids
+    let raft: BTreeMap<u64, String> = [1u64, 2, 3]
         .iter()
         .map(|id| (*id, format!("127.0.0.1:{}", free_port())))
         .collect();
-    let peers = raft
-        .iter()
-        .map(|(id, a)| format!("{id}={a}"))
-        .collect::<Vec<_>>()
-        .join(",");
     let replicas = raft
-        .iter()
-        .map(|(id, addr)| {
-            let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-            let log = dir.join(format!("serve-{id}.log"));
-            let out = std::fs::File::create(&log).expect("log file");
-            let err = out.try_clone().expect("log file");
-            let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
-                .args([
-                    "serve",
-                    "--id",
-                    &id.to_string(),
-                    "--listen",
-                    addr,
-                    "--peers",
-                    &peers,
-                ])
-                .arg("--data-dir")
-                .arg(dir.join(format!("data-{id}")))
-                .args(["--http", &http.to_string()])
-                .arg("--kubeconfig")
-                .arg(kubeconfig())
-                .args(["--period-ms", "500"])
-                .args(extra)
-                .args(own(*id))
-                .env("PHALANX_LOG", "info,openraft=error")
-                .stdout(Stdio::from(out))
-                .stderr(Stdio::from(err))
-                .spawn()
-                .expect("phalanx serve starts");
-            Replica {
-                id: *id,
-                http,
-                child: Some(child),
-                log,
-            }
+        .keys()
+        .map(|id| {
+            let mut flags = extra.to_vec();
+            flags.extend(own(*id));
+            start_replica(dir, *id, &raft, &flags)
         })
         .collect();
     (replicas, raft)
+}
+
+/// `--peers` for the Raft addresses `raft` (id -> host:port).
+pub fn peers_flag(raft: &BTreeMap<u64, String>) -> String {
+    raft.iter()
+        .map(|(id, a)| format!("{id}={a}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One `phalanx serve` replica `id` listening at `raft[id]` with `--peers` = all of `raft`,
+/// its data in `dir/data-<id>` (kept across restarts), its output appended to
+/// `dir/serve-<id>.log`, a new http port, period 500 ms, and `flags`.
+pub fn start_replica(
+    dir: &Path,
+    id: u64,
+    raft: &BTreeMap<u64, String>,
+    flags: &[String],
+) -> Replica {
+    let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let log = dir.join(format!("serve-{id}.log"));
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .expect("log file");
+    let err = out.try_clone().expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+        .args(["serve", "--id", &id.to_string(), "--listen", &raft[&id]])
+        .args(["--peers", &peers_flag(raft)])
+        .arg("--data-dir")
+        .arg(dir.join(format!("data-{id}")))
+        .args(["--http", &http.to_string()])
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(["--period-ms", "500"])
+        .args(flags)
+        .env("PHALANX_LOG", "info,openraft=error")
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .expect("phalanx serve starts");
+    Replica {
+        id,
+        http,
+        child: Some(child),
+        log,
+    }
 }
 
 /// Creates the PodGroup and Queue CRDs from deploy/crds/ (already there: fine) and waits

@@ -78,22 +78,6 @@ DNS names as --peers.
 {{- join "," $peers }}
 {{- end }}
 
-{{/*
-Membership is fixed when the ledger group forms: `phalanx serve` has no membership change
-yet, so an upgrade that changes replicas would leave new replicas outside the group (never
-ready) or a group that waits for replicas that are gone. Refuse it, naming both numbers.
-`lookup` answers nothing in `helm template` and in --dry-run without a cluster.
-*/}}
-{{- define "phalanx.checkReplicas" -}}
-{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "phalanx.fullname" .) }}
-{{- if $sts }}
-{{- $had := int $sts.spec.replicas }}
-{{- if ne $had (int .Values.replicas) }}
-{{- fail (printf "replicas: %d, but the release runs %d: phalanx serve cannot change its Raft membership yet (docs/install.md, \"Scale\"): to change it, uninstall, delete the claims data-%s-*, and install again (the new ledger rebuilds its state from the cluster)" (int .Values.replicas) $had (include "phalanx.fullname" .)) }}
-{{- end }}
-{{- end }}
-{{- end }}
-
 {{/* "<host>:<port>", with brackets around an IPv6 host ("[::]:7001"). */}}
 {{- define "phalanx.hostPort" -}}
 {{- $host := index . 0 }}
