@@ -263,14 +263,15 @@ EOF
   KUBECONFIG="$OUT/sa-kubeconfig" k auth whoami -o jsonpath='{.status.userInfo.username}' | grep -qx "$SA"
 }
 check "a kubeconfig with the service account's token (kubectl create token)" sa_kubeconfig
-run_pods() { # work namespace
+run_pods() { # work namespace [replicas to scale to and back]
   PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
     PHALANX_HELM_STATEFULSET=phalanx PHALANX_HELM_WORK_NAMESPACE="$1" \
+    PHALANX_HELM_RELEASE="$RELEASE" PHALANX_HELM_SCALE_TO="${2:-}" \
     cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
     the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
 }
-check "the installed StatefulSet's pods as processes: gangs placed through a SIGKILLed leader and a rolling restart" \
-  run_pods helm-e2e-3
+check "the installed StatefulSet's pods as processes: gangs placed through a SIGKILLed leader, a rolling restart, and helm upgrade 3 -> 5 -> 3" \
+  run_pods helm-e2e-3 5
 grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 
 uninstalled() {
@@ -282,7 +283,7 @@ uninstalled() {
 }
 check "helm uninstall removes the release and keeps the CRDs" uninstalled
 
-# Five replicas: a fresh install (the only way to change replicas today, docs/install.md).
+# Five replicas from the start: a fresh install.
 check "helm install --set replicas=5 (after the uninstall)" \
   "$HELM" install "$RELEASE" "$CHART" -n "$NS" --set replicas=5
 check "a kubeconfig with the service account's token, for the new release" sa_kubeconfig

@@ -23,6 +23,10 @@
 //!
 //! Anything else in the spec that this cannot honour (another env source, volume type,
 //! probe port, an unexpected peer name) fails the test rather than being skipped.
+//!
+//! With `$PHALANX_HELM_SCALE_TO` = N it then scales through the chart and back: `helm
+//! upgrade --reuse-values --set replicas=N`, the StatefulSet read back again, and its pods
+//! stopped, started and rolled as the controller would (`Scale::to`).
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -54,6 +58,10 @@ struct Release {
     /// Where the test's gangs go (a namespace per run: the testbed has no namespace
     /// controller, so a deleted namespace stays Terminating).
     work_namespace: String,
+    /// The helm release, for `helm upgrade --set replicas=N`.
+    release: String,
+    /// Scale to this many replicas through the chart and back (`PHALANX_HELM_SCALE_TO`).
+    scale_to: Option<usize>,
 }
 
 impl Release {
@@ -74,6 +82,11 @@ impl Release {
                 .parse()
                 .expect("PHALANX_HELM_PORT_BASE is a port number"),
             work_namespace: var("PHALANX_HELM_WORK_NAMESPACE", "helm-e2e"),
+            release: var("PHALANX_HELM_RELEASE", "phalanx"),
+            scale_to: std::env::var("PHALANX_HELM_SCALE_TO")
+                .ok()
+                .filter(|n| !n.is_empty())
+                .map(|n| n.parse().expect("PHALANX_HELM_SCALE_TO is a replica count")),
         }
     }
 }
@@ -89,14 +102,28 @@ impl LocalPorts {
     /// fixed offsets used because the range lies in Linux's ephemeral range (32768-60999):
     /// any process's outgoing connection may hold one of them for a while.
     fn find(base: u16, replicas: usize) -> Self {
-        let mut free = (base..48000).filter(|p| port_free(*p));
+        let mut ports = Self {
+            raft: Vec::new(),
+            http: Vec::new(),
+        };
+        ports.grow(base, replicas);
+        ports
+    }
+
+    /// Ports for the ordinals up to `replicas`, those already given kept.
+    fn grow(&mut self, base: u16, replicas: usize) {
+        let taken: Vec<u16> = self.raft.iter().chain(&self.http).copied().collect();
+        let mut free = (base..48000).filter(|p| !taken.contains(p) && port_free(*p));
         let mut take = || {
             free.next()
                 .expect("free loopback ports between the base and 47999")
         };
-        let raft = (0..replicas).map(|_| take()).collect();
-        let http = (0..replicas).map(|_| take()).collect();
-        Self { raft, http }
+        while self.raft.len() < replicas {
+            self.raft.push(take());
+        }
+        while self.http.len() < replicas {
+            self.http.push(take());
+        }
     }
 }
 
@@ -457,6 +484,13 @@ impl Running {
         http_get(self.pod.http, path).is_ok_and(|(code, _)| code == 200)
     }
 
+    /// The value on the `/metrics` line `name value`.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let (_, body) = http_get(self.pod.http, "/metrics").ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
     fn is_leader(&self) -> bool {
         self.child.is_some()
             && http_get(self.pod.http, "/metrics")
@@ -664,7 +698,7 @@ pub fn run_installed_release() {
     let cluster = Cluster::connect(&rel.admin_kubeconfig, &rel.work_namespace);
     let (sts, cm) = cluster.read_release(&rel);
     let replicas = sts.spec.replicas.unwrap_or(1) as usize;
-    let ports = LocalPorts::find(rel.port_base, replicas);
+    let mut ports = LocalPorts::find(rel.port_base, replicas);
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut running: Vec<Running> = (0..replicas)
         .map(|k| {
@@ -679,7 +713,18 @@ pub fn run_installed_release() {
         })
         .collect();
     cluster.create_namespace();
-    let results = run_checks(&cluster, &mut running);
+    let mut results = run_checks(&cluster, &mut running);
+    if let Some(to) = rel.scale_to {
+        let mut scale = Scale {
+            cluster: &cluster,
+            rel: &rel,
+            ports: &mut ports,
+            dir: dir.path(),
+        };
+        results.push(scale.to(&mut running, to));
+        results.push(no_forbidden_in_logs(&running));
+        results.push(scale.to(&mut running, replicas));
+    }
     for r in &mut running {
         r.kill();
     }
@@ -809,6 +854,96 @@ fn kill_the_leader(running: &mut [Running]) -> Result<String, String> {
         "{name} (the leader) SIGKILLed; {} leads",
         running[successor].pod.pod_name
     ))
+}
+
+/// Scaling through the chart, with the test in the StatefulSet controller's place.
+struct Scale<'a> {
+    cluster: &'a Cluster,
+    rel: &'a Release,
+    ports: &'a mut LocalPorts,
+    dir: &'a Path,
+}
+
+impl Scale<'_> {
+    /// `helm upgrade --reuse-values --set replicas=N`, then what the StatefulSet controller
+    /// does with the new template: the highest ordinals beyond N stop (SIGTERM), new
+    /// ordinals start at once (`podManagementPolicy: Parallel`), and the pods that stay
+    /// roll to the new template, highest ordinal first, each ready before the next. The
+    /// Raft group follows the new `--peers`: every replica reports N voters and no learner,
+    /// and a gang is placed.
+    fn to(&mut self, running: &mut Vec<Running>, to: usize) -> Result<String, String> {
+        let from = running.len();
+        self.helm_set_replicas(to)?;
+        let (sts, cm) = self.cluster.read_release(self.rel);
+        let got = sts.spec.replicas.unwrap_or(1);
+        if usize::try_from(got).ok() != Some(to) {
+            return Err(format!(
+                "after helm upgrade the StatefulSet has {got} replicas, not {to}"
+            ));
+        }
+        self.ports.grow(self.rel.port_base, to);
+        let pod = |k: usize| local_pod(&sts, &cm, k, self.rel, self.ports, self.dir);
+        while running.len() > to {
+            let mut gone = running.pop().expect("more than `to` replicas");
+            gone.terminate(Duration::from_secs(30))?;
+        }
+        for k in from..to {
+            running.push(Running::start(pod(k)?, self.dir));
+        }
+        for k in (0..from.min(to)).rev() {
+            running[k].terminate(Duration::from_secs(30))?;
+            running[k].pod = pod(k)?;
+            running[k].spawn();
+            poll(
+                &format!("{} ready on the new template", running[k].pod.pod_name),
+                || Ok(running[k].ready().then_some(())),
+            )?;
+        }
+        let rolled = Instant::now();
+        poll(
+            &format!("{to} voters and no learner on every replica"),
+            || {
+                Ok(running
+                    .iter()
+                    .all(|r| {
+                        r.metric("phalanx_raft_voters") == Some(to as f64)
+                            && r.metric("phalanx_raft_learners") == Some(0.0)
+                    })
+                    .then_some(()))
+            },
+        )?;
+        let took = rolled.elapsed();
+        // Small: the checks before hold 96 of the testbed's 128 GPUs.
+        let gang = format!("after-scale-to-{to}");
+        let placed = self
+            .cluster
+            .create_gang(&gang, 2, 4)
+            .and_then(|()| self.cluster.gang_placed(&gang, 2))?;
+        Ok(format!(
+            "helm upgrade --set replicas={to} (from {from}): the pods rolled to the new --peers, {to} voters on every replica {:.1}s after the last was ready; {placed}",
+            took.as_secs_f64()
+        ))
+    }
+
+    fn helm_set_replicas(&self, n: usize) -> Result<(), String> {
+        let out = Command::new(super::chart::helm())
+            .args(["upgrade", &self.rel.release])
+            .arg(super::chart::chart_dir())
+            .args(["-n", &self.rel.namespace, "--reuse-values", "--set"])
+            .arg(format!("replicas={n}"))
+            .arg("--kubeconfig")
+            .arg(&self.rel.admin_kubeconfig)
+            .output()
+            .map_err(|e| format!("helm upgrade: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "helm upgrade --set replicas={n}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
 }
 
 fn no_forbidden_in_logs(running: &[Running]) -> Result<String, String> {
