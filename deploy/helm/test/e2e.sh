@@ -222,6 +222,7 @@ dangerous_rights() {
 check "kubectl auth can-i: the service account has every right serve uses" needed_rights
 check "kubectl auth can-i: and none of the dangerous ones" dangerous_rights
 k auth can-i --list --as="$SA" >"$OUT/can-i-list.txt" 2>&1 || true
+k auth can-i --list --as="$SA" -n "$NS" >"$OUT/can-i-list-$NS.txt" 2>&1 || true
 
 # Scaling changes --peers on every pod; the Raft leader then follows it (serve/membership.rs,
 # run on processes by e2e_shards). Here: the upgrade is taken and the StatefulSet says so.
