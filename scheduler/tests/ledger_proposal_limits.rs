@@ -13,6 +13,8 @@
 //! Release build only (a debug build's JSON and apply of 2 MiB proposals is too slow
 //! for the AppendEntries deadline on a busy machine):
 //! `cargo test --release -p phalanx-scheduler --test ledger_proposal_limits -- --ignored`.
+//! `.ci/run` takes the same path through the release binary (`phalanx simulate --nodes
+//! 20000 --jobs 12000 --replicas 3`) rather than building the tests again in release.
 
 use phalanx_scheduler::framework::{GangPlacement, Placement};
 use phalanx_scheduler::ledger::sharded::{Fence, command_sizes, gang_verdicts, place_at};
@@ -57,7 +59,7 @@ fn plan() -> Vec<GangPlacement> {
 }
 
 #[test]
-#[ignore = "5 MB through three Raft replicas: in a debug build 2 MiB proposals replicate too slowly for the AppendEntries deadline; .ci/run runs it in release"]
+#[ignore = "5 MB through three Raft replicas: in a debug build 2 MiB proposals replicate too slowly for the AppendEntries deadline; run it in release (the module doc)"]
 fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger() {
     let mut ledger = RaftLedger::start(3).expect("raft starts");
     let nodes = nodes();
@@ -83,7 +85,7 @@ fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger()
 }
 
 #[test]
-#[ignore = "as above: .ci/run runs it in release"]
+#[ignore = "as above: run it in release (the module doc)"]
 fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
     let mut ledger = RaftLedger::start(3).expect("raft starts");
     let nodes = nodes();
