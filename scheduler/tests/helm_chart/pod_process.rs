@@ -504,20 +504,9 @@ impl Drop for Running {
     }
 }
 
-fn poll<T>(what: &str, mut f: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        match f() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = e,
-        }
-        if start.elapsed() > DEADLINE {
-            return Err(format!("{what}: not after {}s {last}", DEADLINE.as_secs()));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+/// [`crate::testbed::poll`] with this module's deadline.
+fn poll<T>(what: &str, f: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {
+    crate::testbed::poll(DEADLINE, what, f)
 }
 
 /// The admin's view of the testbed, for making gangs and checking them.
