@@ -23,6 +23,7 @@ use kube::core::DynamicObject;
 use kube::runtime::watcher;
 use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
 use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
+use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
 #[derive(Clone, Debug)]
@@ -40,6 +41,12 @@ pub struct KubeBench {
     pub phalanx: PathBuf,
     pub timeout: Duration,
     pub create_concurrency: usize,
+    /// `serve --shards`; above 1 every replica schedules the shards it owns and the
+    /// replicas run the 2PC coordinator service between them.
+    pub shards: u32,
+    /// Queues the gangs are spread over, round-robin. A queue is scheduled by the owner of
+    /// its shard, so scale-out needs at least one queue per shard.
+    pub queues: usize,
 }
 
 struct Replica(Child);
@@ -71,18 +78,47 @@ fn ready(addr: SocketAddr) -> bool {
     text.starts_with("HTTP/1.1 200")
 }
 
-fn start_phalanx(b: &KubeBench, dir: &Path) -> Result<Vec<Replica>> {
-    let ids: Vec<u64> = (1..=u64::from(b.replicas.max(1))).collect();
-    let mut raft = Vec::new();
-    for _ in &ids {
-        raft.push(free_port()?);
-    }
-    let peers = ids
-        .iter()
-        .zip(&raft)
+fn peers_flag(ids: &[u64], ports: &[u16]) -> String {
+    ids.iter()
+        .zip(ports)
         .map(|(id, p)| format!("{id}=127.0.0.1:{p}"))
         .collect::<Vec<_>>()
-        .join(",");
+        .join(",")
+}
+
+/// The flags that make the replicas multi-active: the shard count, their Leases in the
+/// bench's namespace and, with more than one replica, the coordinator service each serves.
+fn shard_flags(b: &KubeBench, ns: &str, ids: &[u64], coord: &[u16], id: u64) -> Vec<String> {
+    if b.shards <= 1 {
+        return Vec::new();
+    }
+    let mut flags = vec![
+        "--shards".to_string(),
+        b.shards.to_string(),
+        "--lease-namespace".to_string(),
+        ns.to_string(),
+    ];
+    if ids.len() > 1 {
+        let at = ids.iter().position(|i| *i == id).expect("id is one of ids");
+        flags.extend([
+            "--coord-listen".to_string(),
+            format!("127.0.0.1:{}", coord[at]),
+            "--coord-peers".to_string(),
+            peers_flag(ids, coord),
+        ]);
+    }
+    flags
+}
+
+fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
+    let ids: Vec<u64> = (1..=u64::from(b.replicas.max(1))).collect();
+    let mut raft = Vec::new();
+    let mut coord = Vec::new();
+    for _ in &ids {
+        raft.push(free_port()?);
+        coord.push(free_port()?);
+    }
+    let peers = peers_flag(&ids, &raft);
     let mut out = Vec::new();
     let mut https = Vec::new();
     for (id, port) in ids.iter().zip(&raft) {
@@ -99,6 +135,7 @@ fn start_phalanx(b: &KubeBench, dir: &Path) -> Result<Vec<Replica>> {
             .args(["--period-ms", &b.period_ms.to_string()])
             .args(["--kube-qps", &b.kube_qps.to_string()])
             .args(["--kube-burst", &b.kube_burst.to_string()])
+            .args(shard_flags(b, ns, &ids, &coord, *id))
             .env(
                 "PHALANX_LOG",
                 std::env::var("PHALANX_LOG").unwrap_or_else(|_| "warn,openraft=error".into()),
@@ -153,6 +190,52 @@ async fn install_crds(client: &kube::Client) -> Result<()> {
     Ok(())
 }
 
+/// `count` queue names (`bench-q…`), picked so that every shard homes the same number of
+/// them (a queue is scheduled by its shard's owner; names hash to shards unevenly).
+fn balanced_queue_names(count: usize, shards: u32) -> Result<Vec<String>> {
+    let map = ShardMap::new(ShardingConfig {
+        shards: shards.max(1),
+        ..ShardingConfig::default()
+    })?;
+    let per_shard = count.div_ceil(shards.max(1) as usize);
+    let mut homed = vec![0usize; shards.max(1) as usize];
+    let mut names = Vec::with_capacity(count);
+    // Bounded: each shard is hit by about 1/shards of the candidates.
+    for i in 0..count.saturating_mul(64).max(64) {
+        if names.len() == count {
+            break;
+        }
+        let name = format!("bench-q{i}");
+        let shard = map.shard_of_queue(&name) as usize;
+        if homed[shard] < per_shard {
+            homed[shard] += 1;
+            names.push(name);
+        }
+    }
+    if names.len() < count {
+        bail!("could not pick {count} queue names balanced over {shards} shards");
+    }
+    Ok(names)
+}
+
+async fn create_queues(client: &kube::Client, names: &[String]) -> Result<()> {
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
+    for name in names {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"weight": 1, "reclaimable": true},
+        }))?;
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -192,7 +275,7 @@ pub fn run(b: &KubeBench) -> Result<()> {
     };
     let is_phalanx = b.scheduler == "phalanx";
     let replicas = if is_phalanx {
-        start_phalanx(b, &dir)?
+        start_phalanx(b, &dir, &ns)?
     } else {
         Vec::new()
     };
@@ -227,6 +310,12 @@ pub fn run(b: &KubeBench) -> Result<()> {
     };
 
     let gangs = b.pods.div_ceil(b.gang.max(1));
+    let queues = if is_phalanx && b.queues > 0 {
+        balanced_queue_names(b.queues, b.shards)?
+    } else {
+        Vec::new()
+    };
+    rt.block_on(create_queues(&client, &queues))?;
     let pg_api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
@@ -239,11 +328,15 @@ pub fn run(b: &KubeBench) -> Result<()> {
                     let api = pg_api.clone();
                     let ns = ns.clone();
                     let min = b.gang.min(b.pods - g * b.gang);
+                    let mut spec = json!({"minMember": min});
+                    if !queues.is_empty() {
+                        spec["queue"] = json!(queues[g % queues.len()]);
+                    }
                     async move {
                         let obj: DynamicObject = serde_json::from_value(json!({
                             "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
                             "metadata": {"name": format!("g{g}"), "namespace": ns},
-                            "spec": {"minMember": min},
+                            "spec": spec,
                         }))?;
                         api.create(&PostParams::default(), &obj).await?;
                         anyhow::Ok(())
@@ -317,7 +410,14 @@ pub fn run(b: &KubeBench) -> Result<()> {
     let span = last.saturating_duration_since(first);
     let rate = bound.len() as f64 / span.as_secs_f64().max(1e-9);
     let label = if is_phalanx {
-        format!("phalanx serve ×{}", b.replicas.max(1))
+        let mut label = format!("phalanx serve ×{}", b.replicas.max(1));
+        if b.shards > 1 {
+            label += &format!(", {} shards", b.shards);
+        }
+        if !queues.is_empty() {
+            label += &format!(", {} queues", queues.len());
+        }
+        label
     } else {
         format!("{} (no gang)", b.scheduler)
     };
@@ -352,6 +452,11 @@ pub fn run(b: &KubeBench) -> Result<()> {
     rt.block_on(pods_api.delete_collection(&force, &ListParams::default()))?;
     if is_phalanx {
         rt.block_on(pg_api.delete_collection(&DeleteParams::default(), &ListParams::default()))?;
+        let queue_api: Api<DynamicObject> =
+            Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
+        for name in &queues {
+            rt.block_on(queue_api.delete(name, &DeleteParams::default()))?;
+        }
     }
     let start = Instant::now();
     while !rt
@@ -374,4 +479,25 @@ pub fn run(b: &KubeBench) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_are_spread_evenly_over_the_shards() {
+        let map = ShardMap::new(ShardingConfig {
+            shards: 6,
+            ..ShardingConfig::default()
+        })
+        .expect("valid");
+        let names = balanced_queue_names(12, 6).expect("picks");
+        assert_eq!(names.len(), 12);
+        let mut per_shard = [0usize; 6];
+        for n in &names {
+            per_shard[map.shard_of_queue(n) as usize] += 1;
+        }
+        assert_eq!(per_shard, [2; 6], "{names:?}");
+    }
 }

@@ -71,6 +71,12 @@ enum Command {
         /// Pod creations in flight at once.
         #[arg(long, default_value_t = 32)]
         create_concurrency: usize,
+        /// `serve --shards`: above 1, every replica schedules the shards it owns.
+        #[arg(long, default_value_t = 1)]
+        shards: u32,
+        /// Queues the gangs are spread over (0: the default queue); balanced over the shards.
+        #[arg(long, default_value_t = 0)]
+        queues: usize,
     },
     /// Throughput of the sharded runtime over a grid of replicas × shards (real Raft for
     /// two replicas or more).
@@ -252,6 +258,8 @@ fn main() -> Result<()> {
             phalanx,
             timeout_s,
             create_concurrency,
+            shards,
+            queues,
         } => kube::run(&kube::KubeBench {
             kubeconfig,
             scheduler,
@@ -265,6 +273,8 @@ fn main() -> Result<()> {
             phalanx,
             timeout: Duration::from_secs(timeout_s),
             create_concurrency,
+            shards,
+            queues,
         }),
         Command::Cycle {
             nodes,
