@@ -7,6 +7,8 @@
 //! between the processes (each replica serves `--coord-listen`, all know `--coord-peers`).
 //! Last, the group is scaled 3 -> 5 -> 3 by `--peers` alone, as `helm upgrade --set
 //! replicas=N` does: the leader adds and removes Raft members (`serve/membership.rs`).
+//! Then an owner is SIGSTOPped past its lease and continued: its shards move, a write at
+//! its lost fence is refused, and it binds nothing for a shard it no longer owns.
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` runs it after
 //! `e2e_kube`, on the same testbed:
@@ -29,7 +31,7 @@ use phalanx_scheduler::framework::{GangPlacement, Placement};
 use phalanx_scheduler::ledger::sharded::{Fence, place_at};
 use phalanx_scheduler::model::{ObjectKey, Resources};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
-use phalanx_statestore::{GangDecision, LedgerClient, LedgerResponse};
+use phalanx_statestore::{GangDecision, LedgerClient, LedgerResponse, Refusal};
 use serde_json::json;
 use testbed::{Check, DEADLINE, GPU, Replica, kubeconfig, poll};
 
@@ -219,8 +221,17 @@ impl Env {
 /// Shard -> (owner, epoch) as the live replicas' /metrics say (`phalanx_shard_epoch`),
 /// once every shard has exactly one owner.
 fn assignment(replicas: &[Replica]) -> Result<Option<Owners>, String> {
+    assignment_among(replicas, |_| true)
+}
+
+/// [`assignment`] asked only of the live replicas that `ask` accepts (a SIGSTOPped one
+/// does not answer its /metrics).
+fn assignment_among(
+    replicas: &[Replica],
+    ask: impl Fn(&Replica) -> bool,
+) -> Result<Option<Owners>, String> {
     let mut owners: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
-    for r in replicas.iter().filter(|r| r.alive()) {
+    for r in replicas.iter().filter(|r| r.alive() && ask(r)) {
         for (shard, epoch) in r.owned_epochs()? {
             owners.entry(shard).or_default().push((r.id, epoch));
         }
@@ -442,6 +453,133 @@ fn check_owner_killed(
         "replica {victim} (owner of shard {shard} at epoch {epoch}) SIGKILLed after a commit; shard {shard} now {new_owner} at epoch {new_epoch}; the committed placement bound on {node} by {new_owner} {:.1}s after the kill; no overcommit, no half-bound gang",
         took.as_secs_f64()
     ))
+}
+
+/// A shard owner SIGSTOPped past its lease, then continued. While it is stopped its
+/// shards move to the others at a higher epoch and a new gang of its shard is bound by the
+/// new owner; a write at the fence it lost is refused by the ledger (I4); once continued
+/// it binds nothing for a shard it no longer owns: a gang created after SIGCONT is bound by
+/// the shard's owner, and if that is the continued replica, at an epoch above the one it
+/// lost (it was given the shard back, legitimately).
+fn check_owner_paused(
+    env: &Env,
+    replicas: &mut [Replica],
+    pools: &BTreeMap<String, u32>,
+    ledger: &LedgerClient,
+) -> Check {
+    let alive: BTreeSet<u64> = replicas
+        .iter()
+        .filter(|r| r.alive())
+        .map(|r| r.id)
+        .collect();
+    let owners = owners_among(replicas, &alive, true)?;
+    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
+    let (shard, (victim, epoch)) = owners
+        .iter()
+        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
+        .map(|(s, o)| (*s, *o))
+        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let queue = env.queue_for(shard)?;
+    let at = replicas
+        .iter()
+        .position(|r| r.id == victim)
+        .ok_or("victim not found")?;
+    replicas[at].signal("STOP")?;
+    let paused_at = Instant::now();
+    let moved = poll(
+        DEADLINE,
+        "the paused owner's shards owned by the others",
+        || {
+            Ok(assignment_among(replicas, |r| r.id != victim)?
+                .filter(|a| a.values().all(|(o, _)| *o != victim)))
+        },
+    );
+    let outcome = moved.and_then(|moved| {
+        let (new_owner, new_epoch) = moved[&shard];
+        if new_epoch <= epoch {
+            return Err(format!(
+                "shard {shard} moved to {new_owner} at epoch {new_epoch}, not above {epoch}"
+            ));
+        }
+        let moved_in = paused_at.elapsed();
+        env.create_gang("during-pause", &queue, 2)?;
+        let by = env.wait_bound("during-pause")?;
+        if by != BTreeSet::from([new_owner.to_string()]) {
+            return Err(format!(
+                "during the pause shard {shard} is {new_owner}'s, but during-pause was bound by {by:?}"
+            ));
+        }
+        let refused = stale_write_refused(env, ledger, pools, shard, epoch)?;
+        Ok((new_owner, new_epoch, moved_in, refused))
+    });
+    // Continued whatever happened, so the checks after this one see three live replicas.
+    replicas[at].signal("CONT")?;
+    let (new_owner, new_epoch, moved_in, refused) = outcome?;
+    env.create_gang("after-resume", &queue, 2)?;
+    let by = env.wait_bound("after-resume")?;
+    if by.contains(&victim.to_string()) {
+        let now = replicas[at]
+            .owned_epochs()?
+            .get(&shard)
+            .copied()
+            .unwrap_or(0);
+        if now <= new_epoch {
+            return Err(format!(
+                "the continued replica {victim} bound after-resume of shard {shard} at epoch {now}, not above {new_epoch}"
+            ));
+        }
+    }
+    env.no_overcommit()?;
+    for g in ["during-pause", "after-resume"] {
+        let pods = env.gang_pods(g)?;
+        if pods.iter().any(|p| p.node.is_none()) {
+            return Err(format!("{g} is half-bound"));
+        }
+    }
+    Ok(format!(
+        "replica {victim} (owner of shard {shard} at epoch {epoch}) SIGSTOPped: shard {shard} {new_owner}'s at epoch {new_epoch} {:.1}s later, during-pause bound by {new_owner}; {refused}; after SIGCONT after-resume bound by {by:?}",
+        moved_in.as_secs_f64()
+    ))
+}
+
+/// Proposes a placement at `(shard, epoch)`, a fence that has been superseded: the ledger
+/// must refuse it as stale.
+fn stale_write_refused(
+    env: &Env,
+    ledger: &LedgerClient,
+    pools: &BTreeMap<String, u32>,
+    shard: u32,
+    epoch: u64,
+) -> Result<String, String> {
+    let node = pools
+        .iter()
+        .find(|(_, s)| **s == shard)
+        .map(|(n, _)| n.clone())
+        .ok_or("an empty pool")?;
+    let gang = GangPlacement {
+        gang: ObjectKey::new(&env.ns, "stale"),
+        placements: vec![Placement {
+            pod: ObjectKey::new(&env.ns, "stale-0"),
+            node,
+            resources: Resources::from_pairs([(GPU, 1)]),
+        }],
+    };
+    let command = place_at(Fence { shard, epoch }, &[gang]).remove(0);
+    let response = env
+        .rt
+        .block_on(ledger.propose_one(command))
+        .map_err(|e| e.to_string())?;
+    let stale = |r: &Refusal| matches!(r, Refusal::StaleEpoch { .. });
+    let refused = match &response {
+        LedgerResponse::Refused(r) => stale(r),
+        LedgerResponse::Gangs(o) => o
+            .iter()
+            .all(|o| matches!(&o.decision, GangDecision::Refused(r) if stale(r))),
+        _ => false,
+    };
+    refused
+        .then(|| format!("a write at shard {shard} epoch {epoch} refused as stale"))
+        .ok_or_else(|| format!("a write at the lost fence {shard}@{epoch} answered {response:?}"))
 }
 
 /// The replicas' addresses and common flags, to start (and restart) any of them with the
@@ -691,6 +829,10 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
             results.push((
                 "the ledger group follows --peers: 3 -> 5 -> 3 replicas",
                 check_scale_out_and_in(&env, &mut fleet, &mut replicas, &pools),
+            ));
+            results.push((
+                "a shard owner SIGSTOPped past its lease, then continued",
+                check_owner_paused(&env, &mut replicas, &pools, &ledger),
             ));
         }
     }

@@ -126,6 +126,18 @@ impl Replica {
         c.wait().is_ok_and(|s| s.success())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) with kill(1): a paused process keeps its pid,
+    /// sockets and Lease, as a stalled node or a long GC pause would.
+    pub fn signal(&self, signal: &str) -> Result<(), String> {
+        let c = self.child.as_ref().ok_or("the replica is not running")?;
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &c.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(())
+            .ok_or_else(|| format!("kill -{signal} replica {} failed", self.id))
+    }
+
     pub fn alive(&self) -> bool {
         self.child.is_some()
     }
