@@ -19,7 +19,7 @@
 pub mod objects;
 pub mod state;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use ::kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -75,6 +75,8 @@ pub struct JobController {
     instance: String,
     /// Jobs (uid@resourceVersion) already warned about: one Event per version.
     warned: HashSet<String>,
+    /// Job uid -> (resourceVersion, status) this replica last wrote.
+    written: HashMap<String, (u64, serde_json::Value)>,
 }
 
 impl std::fmt::Debug for JobController {
@@ -137,6 +139,7 @@ impl JobController {
             scheduler_name: scheduler_name.into(),
             instance: instance.into(),
             warned: HashSet::new(),
+            written: HashMap::new(),
         }
     }
 
@@ -151,15 +154,15 @@ impl JobController {
             let jobs = self.jobs.state();
             let uids: BTreeSet<String> =
                 jobs.iter().filter_map(|j| j.metadata.uid.clone()).collect();
+            self.written.retain(|uid, _| uids.contains(uid));
             for job in jobs {
                 self.reconcile_job(&job).await;
             }
             self.delete_orphans(&uids).await;
         };
-        if handle
-            .block_on(tokio::time::timeout(PASS_TIMEOUT, pass))
-            .is_err()
-        {
+        // The timer is made inside the runtime: `timeout` needs its time driver.
+        let timed = async { tokio::time::timeout(PASS_TIMEOUT, pass).await };
+        if handle.block_on(timed).is_err() {
             tracing::warn!(
                 "a Job controller pass took over {PASS_TIMEOUT:?}; the rest waits for the next period"
             );
@@ -199,19 +202,37 @@ impl JobController {
         }
         let owner = owner_reference(&name, &uid);
         self.ensure_pod_group(&expanded, &owner).await;
-        let status = obj.data.get("status");
+        let status = self.status_of(obj, &uid);
         let phase = status
+            .as_ref()
             .and_then(|s| s.pointer("/state/phase"))
             .and_then(|p| p.as_str());
         let Some(phase) = Phase::parse(phase) else {
             return;
         };
         let retry_count = status
+            .as_ref()
             .and_then(|s| s.get("retryCount"))
             .and_then(|r| r.as_i64())
             .unwrap_or(0) as i32;
         let pods = self.pods_of(&namespace, &uid);
         let decision = state::step(&shape, JobState { phase, retry_count }, &pods);
+        let wanted = objects::status_value(
+            decision.state,
+            decision.counts,
+            shape.min_available,
+            decision.reason.as_deref(),
+        );
+        // The status first: a pass acts on pods only once the phase it acts in is stored,
+        // so the next pass (or the next leader) cannot act on an older one.
+        if !objects::status_is_current(status.as_ref(), &wanted) {
+            match self.patch_status(&namespace, &name, &wanted).await {
+                Some(rv) => {
+                    self.written.insert(uid.clone(), (rv, wanted));
+                }
+                None => return,
+            }
+        }
         for pod in &decision.delete {
             self.delete_pod(&namespace, pod).await;
         }
@@ -220,14 +241,19 @@ impl JobController {
                 self.create_pod(&namespace, &object).await;
             }
         }
-        let wanted = objects::status_value(
-            decision.state,
-            decision.counts,
-            shape.min_available,
-            decision.reason.as_deref(),
-        );
-        if !objects::status_is_current(status, &wanted) {
-            self.patch_status(&namespace, &name, wanted).await;
+    }
+
+    /// The Job's status: the one this replica last wrote while the watch cache still holds
+    /// an older version of the Job (a pass must not act on a phase it has already left),
+    /// else the cache's.
+    fn status_of(&mut self, obj: &DynamicObject, uid: &str) -> Option<serde_json::Value> {
+        let cached = resource_version(&obj.metadata);
+        match self.written.get(uid) {
+            Some((rv, status)) if cached < Some(*rv) => Some(status.clone()),
+            _ => {
+                self.written.remove(uid);
+                obj.data.get("status").cloned()
+            }
         }
     }
 
@@ -306,17 +332,26 @@ impl JobController {
         );
     }
 
-    async fn patch_status(&self, namespace: &str, name: &str, status: serde_json::Value) {
+    /// Writes the Job's status; returns the Job's new resourceVersion.
+    async fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &serde_json::Value,
+    ) -> Option<u64> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &job_resource());
         let patch = Patch::Merge(json!({ "status": status }));
-        let result = api
+        match api
             .patch_status(name, &PatchParams::default(), &patch)
             .await
-            .map(|_| ());
-        if let Err(e) = result {
-            counter!(metric::WRITE_FAILURES).increment(1);
-            tracing::warn!(job = %format!("{namespace}/{name}"), error = %describe(&e), "writing the Job's status failed; retried next pass");
+        {
+            Ok(job) => Some(resource_version(&job.metadata).unwrap_or(0)),
+            Err(e) => {
+                counter!(metric::WRITE_FAILURES).increment(1);
+                tracing::warn!(job = %format!("{namespace}/{name}"), error = %describe(&e), "writing the Job's status failed; retried next pass");
+                None
+            }
         }
     }
 
@@ -438,6 +473,11 @@ fn parse_and_expand(
     let (shape, notes) = objects::job_shape(&job, &expanded);
     warnings.extend(notes);
     Ok((shape, expanded, warnings))
+}
+
+/// resourceVersion as the number etcd gives it (as the scheduler's status overlay reads it).
+fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
 }
 
 fn pod_view(pod: &core::Pod) -> PodView {

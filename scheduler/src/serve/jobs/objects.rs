@@ -234,3 +234,99 @@ pub fn status_is_current(written: Option<&Value>, wanted: &Value) -> bool {
         _ => written.get(k) == Some(v),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::volcano::expand_job;
+
+    fn seed() -> (VolcanoJob, ExpandedJob) {
+        let text = include_str!("../../../tests/fixtures/seed/job-tf-mnist.yaml");
+        let job: VolcanoJob = serde_saphyr::from_str(text).expect("the seed Job");
+        let expanded = expand_job(&job, "phalanx", &mut Vec::new()).expect("expands");
+        (job, expanded)
+    }
+
+    #[test]
+    fn the_seed_job_becomes_eleven_owned_pods_and_a_gang_of_eleven() {
+        let (job, expanded) = seed();
+        let (shape, notes) = job_shape(&job, &expanded);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!((shape.pods.len(), shape.min_available), (11, 11));
+        assert_eq!(shape.pods[0], ("tf-mnist-job-ps-0".into(), "ps".into()));
+        assert_eq!(shape.policies.len(), 2);
+        // The objects the controller creates are the pods simulate places, in order.
+        let names: Vec<_> = expanded.pods.iter().map(|p| p.key.name.clone()).collect();
+        let objects: Vec<_> = expanded
+            .objects
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, objects);
+        let owner = owner_reference("tf-mnist-job", "uid-1");
+        let pod = pod_object(&expanded, "tf-mnist-job-worker-9", &owner).expect("a pod");
+        assert_eq!(
+            controlling_job(pod.metadata.owner_references.as_ref()),
+            Some("uid-1")
+        );
+        let labels = pod.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("volcano.sh/task-index").map(String::as_str),
+            Some("9")
+        );
+        let mut gpus = Resources::new();
+        gpus.add(&Resources::from_pairs([
+            ("nvidia.com/gpu", 11),
+            ("cpu", 42_000),
+        ]));
+        let pg = pod_group_object(&expanded, &gpus, &owner);
+        assert_eq!(pg["spec"]["minMember"], json!(11));
+        assert_eq!(
+            pg["spec"]["minResources"],
+            json!({"cpu": "42000m", "nvidia.com/gpu": "11"})
+        );
+        assert_eq!(
+            pg["metadata"]["ownerReferences"][0]["blockOwnerDeletion"],
+            json!(true)
+        );
+    }
+
+    #[test]
+    fn unsupported_policies_are_named_and_not_acted_on() {
+        let (mut job, expanded) = seed();
+        let spec = job.spec.as_mut().expect("spec");
+        spec.policies = Some(vec![LifecyclePolicy {
+            action: Some("RestartTask".into()),
+            event: Some("PodFailed".into()),
+            ..LifecyclePolicy::default()
+        }]);
+        let (shape, notes) = job_shape(&job, &expanded);
+        assert!(shape.policies.is_empty());
+        assert!(
+            notes[0].contains("spec.policies[0].action \"RestartTask\""),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_status_is_current_only_when_every_written_field_matches() {
+        let state = JobState {
+            phase: super::super::state::Phase::Running,
+            retry_count: 1,
+        };
+        let wanted = status_value(
+            state,
+            Counts {
+                running: 11,
+                ..Counts::default()
+            },
+            11,
+            Some("x"),
+        );
+        assert!(status_is_current(Some(&wanted), &wanted));
+        let mut older = wanted.clone();
+        older["running"] = json!(10);
+        assert!(!status_is_current(Some(&older), &wanted));
+        assert!(!status_is_current(None, &wanted));
+    }
+}
