@@ -116,6 +116,11 @@ struct ServeArgs {
     /// Every replica's CoordinatorService address, as id=IP:port, comma-separated.
     #[arg(long, default_value = "", value_name = "ID=IP:PORT,...")]
     coord_peers: String,
+    /// Run a Volcano Job controller on the Raft leader: expand batch.volcano.sh/v1alpha1
+    /// Jobs into their PodGroup and pods and keep their status. Leave it off when
+    /// Volcano's controller runs.
+    #[arg(long)]
+    job_controller: bool,
 }
 
 #[derive(Args, Debug)]
@@ -287,6 +292,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         lease_namespace: args.lease_namespace,
         coord_listen: args.coord_listen,
         coord_peers,
+        job_controller: args.job_controller,
     };
     if let Err(e) = check_sharding_flags(
         opts.shards,

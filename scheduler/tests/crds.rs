@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use phalanx_scheduler::manifest::volcano::crd::{
-    all_crds_yaml, crd_yaml, pod_group_crd, queue_crd,
+    all_crds_yaml, crd_yaml, job_crd, pod_group_crd, queue_crd,
 };
 
 const REGENERATE: &str = "regenerate with `PHALANX_REGENERATE_CRDS=1 cargo test -p phalanx-scheduler --test crds` \
@@ -40,6 +40,12 @@ fn checked_in_podgroup_crd_matches_the_rust_types() {
 fn checked_in_queue_crd_matches_the_rust_types() {
     let crd = queue_crd().expect("Queue CRD");
     assert_checked_in("queues.yaml", &crd_yaml(&crd).expect("YAML"));
+}
+
+#[test]
+fn checked_in_job_crd_matches_the_code() {
+    let crd = job_crd().expect("Job CRD");
+    assert_checked_in("jobs.yaml", &crd_yaml(&crd).expect("YAML"));
 }
 
 #[test]

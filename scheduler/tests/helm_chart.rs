@@ -172,43 +172,9 @@ fn the_pods_meet_pod_security_restricted() {
 #[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
 fn the_cluster_role_grants_exactly_what_serve_uses() {
     let docs = render(NS, &[]);
-    let role = find(&docs, "ClusterRole", "phalanx");
-    let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for rule in role["rules"].as_array().expect("rules") {
-        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
-        for g in strings(&rule["apiGroups"]) {
-            for r in strings(&rule["resources"]) {
-                let verbs = got.entry((g.clone(), r)).or_default();
-                verbs.extend(strings(&rule["verbs"]));
-                verbs.sort();
-            }
-        }
-    }
-    // The caches list and watch; only pods are ever read one by one (get).
-    let cache = ["list", "watch"];
-    let want: BTreeMap<(String, String), Vec<String>> = [
-        ("", "nodes", &cache[..]),
-        ("", "pods", &["get", "list", "watch"][..]),
-        ("", "pods/binding", &["create"][..]),
-        ("", "pods/eviction", &["create"][..]),
-        ("scheduling.k8s.io", "priorityclasses", &cache[..]),
-        (
-            "scheduling.volcano.sh",
-            "podgroups",
-            &["list", "patch", "watch"][..],
-        ),
-        ("scheduling.volcano.sh", "queues", &cache[..]),
-        ("events.k8s.io", "events", &["create"][..]),
-    ]
-    .into_iter()
-    .map(|(g, r, v)| {
-        (
-            (g.to_string(), r.to_string()),
-            v.iter().map(|s| s.to_string()).collect(),
-        )
-    })
-    .collect();
-    assert_eq!(got, want);
+    // Without jobController.enabled, no pod (or anything else) can be deleted.
+    assert_eq!(cluster_rules(&docs), rules(&serve_rules()));
+    assert!(!args(&docs).contains(&"--job-controller".to_string()));
     let binding = find(&docs, "ClusterRoleBinding", "phalanx");
     assert_eq!(
         binding["subjects"],
@@ -238,6 +204,74 @@ fn the_cluster_role_grants_exactly_what_serve_uses() {
         !args(&docs).iter().any(|a| a.contains("install-crds")),
         "serve must not install CRDs: the chart does"
     );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn the_job_controller_value_adds_the_flag_and_exactly_the_rights_the_controller_uses() {
+    let docs = render(NS, &["jobController.enabled=true"]);
+    let mut want = serve_rules();
+    want.extend([
+        ("batch.volcano.sh", "jobs", &["get", "list", "watch"][..]),
+        ("batch.volcano.sh", "jobs/status", &["patch", "update"][..]),
+        ("", "pods", &["create", "delete"][..]),
+        (
+            "scheduling.volcano.sh",
+            "podgroups",
+            &["create", "delete"][..],
+        ),
+    ]);
+    assert_eq!(cluster_rules(&docs), rules(&want));
+    assert!(args(&docs).contains(&"--job-controller".to_string()));
+}
+
+type Rules = BTreeMap<(String, String), Vec<String>>;
+
+/// The ClusterRole's rules as (group, resource) -> sorted verbs.
+fn cluster_rules(docs: &Rendered) -> Rules {
+    let role = find(docs, "ClusterRole", "phalanx");
+    let mut got = Rules::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                let verbs = got.entry((g.clone(), r)).or_default();
+                verbs.extend(strings(&rule["verbs"]));
+                verbs.sort();
+            }
+        }
+    }
+    got
+}
+
+/// What serve's scheduling uses: the caches list and watch; only pods are ever read one
+/// by one (get).
+fn serve_rules() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+    let cache: &[&str] = &["list", "watch"];
+    vec![
+        ("", "nodes", cache),
+        ("", "pods", &["get", "list", "watch"]),
+        ("", "pods/binding", &["create"]),
+        ("", "pods/eviction", &["create"]),
+        ("scheduling.k8s.io", "priorityclasses", cache),
+        (
+            "scheduling.volcano.sh",
+            "podgroups",
+            &["list", "patch", "watch"],
+        ),
+        ("scheduling.volcano.sh", "queues", cache),
+        ("events.k8s.io", "events", &["create"]),
+    ]
+}
+
+fn rules(list: &[(&str, &str, &[&str])]) -> Rules {
+    let mut out = Rules::new();
+    for (g, r, verbs) in list {
+        let v = out.entry((g.to_string(), r.to_string())).or_default();
+        v.extend(verbs.iter().map(|s| s.to_string()));
+        v.sort();
+    }
+    out
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //!  │   snapshot → reconcile owned shards → scoped cycle → evict             │
 //!  │   → PlaceGangs at (pool's shard, epoch) → bind → mark bound            │
 //!  │   → PodGroup status + Events                                           │
+//!  │   leader and --job-controller: Volcano Jobs → PodGroup, pods, status   │
 //!  └───────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -26,6 +27,7 @@
 
 pub mod http;
 pub mod identity;
+pub mod jobs;
 pub mod leader;
 pub mod lease;
 pub mod ledger;
@@ -46,7 +48,7 @@ use metrics::{counter, gauge};
 use phalanx_statestore::{LedgerClient, ReplicaConfig, start_replica_with};
 use thiserror::Error;
 
-use crate::cluster::kube::{KubeCluster, KubeOptions, install_crds, make_client};
+use crate::cluster::kube::{KubeCluster, KubeOptions, install_crds, install_job_crd, make_client};
 use crate::framework::SchedulerConf;
 use crate::ledger::SINGLE_SHARD;
 use crate::shard::{ShardMap, ShardingConfig};
@@ -87,6 +89,8 @@ pub struct ServeOptions {
     pub coord_listen: Option<SocketAddr>,
     /// Every replica's CoordinatorService address.
     pub coord_peers: BTreeMap<u64, String>,
+    /// Run the Volcano Job controller (`jobs`) while this replica is the Raft leader.
+    pub job_controller: bool,
 }
 
 /// What `ShardingConfig` says about `--shards` and `--shard-by-label`.
@@ -239,7 +243,18 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let kube_client = runtime.block_on(make_client(opts.kubeconfig.as_deref()))?;
     if opts.install_crds {
         runtime.block_on(install_crds(&kube_client, opts.sync_timeout))?;
+        if opts.job_controller {
+            runtime.block_on(install_job_crd(&kube_client, opts.sync_timeout))?;
+        }
     }
+    let mut job_controller = opts.job_controller.then(|| {
+        jobs::JobController::start(
+            handle.clone(),
+            kube_client.clone(),
+            &opts.scheduler_name,
+            &format!("phalanx-{}", opts.id),
+        )
+    });
     let leases = ReplicaLeases::new(
         handle.clone(),
         kube_client.clone(),
@@ -315,6 +330,11 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         gauge!(metric::RAFT_LEARNERS).set(membership.learner_ids().count() as f64);
         me.set_members(voters);
         me.period(&mut cluster, leader.then_some(metrics.current_term));
+        // Only the leader acts on Jobs: one replica at a time, and a new leader picks up
+        // from the Jobs' status on the API server.
+        if let (true, Some(jc)) = (leader, job_controller.as_mut()) {
+            jc.reconcile();
+        }
         if let (true, Some(running)) = (leader, me.running()) {
             follow_peers(&runtime, &replica, &desired, running);
         }

@@ -263,11 +263,15 @@ pub fn start_replica(
     }
 }
 
-/// Creates the PodGroup and Queue CRDs from deploy/crds/ (already there: fine) and waits
-/// until they are Established.
+/// Creates the PodGroup, Queue and (for `serve --job-controller`) Job CRDs from
+/// deploy/crds/ (already there: fine) and waits until they are Established.
 pub fn install_crds(rt: &tokio::runtime::Runtime, client: &kube::Client) -> Result<(), String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for f in ["podgroups", "queues"] {
+    for (f, group) in [
+        ("podgroups", "scheduling.volcano.sh"),
+        ("queues", "scheduling.volcano.sh"),
+        ("jobs", "batch.volcano.sh"),
+    ] {
         let path = repo_root().join(format!("deploy/crds/{f}.yaml"));
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -278,7 +282,7 @@ pub fn install_crds(rt: &tokio::runtime::Runtime, client: &kube::Client) -> Resu
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(format!("installing {}: {e}", path.display())),
         }
-        let name = format!("{f}.scheduling.volcano.sh");
+        let name = format!("{f}.{group}");
         poll(
             Duration::from_secs(30),
             &format!("CRD {name} Established"),

@@ -214,10 +214,23 @@ pub async fn make_client(kubeconfig: Option<&Path>) -> Result<::kube::Client, Ku
 /// one, ours or Volcano's, is left as it is) and waits until they are Established.
 pub async fn install_crds(client: &::kube::Client, timeout: Duration) -> Result<(), KubeError> {
     use crate::manifest::volcano::crd::{pod_group_crd, queue_crd};
+    install(client, timeout, [pod_group_crd(), queue_crd()]).await
+}
+
+/// Creates Volcano's Job CRD (`deploy/crds/jobs.yaml`) where absent, as [`install_crds`].
+pub async fn install_job_crd(client: &::kube::Client, timeout: Duration) -> Result<(), KubeError> {
+    install(client, timeout, [crate::manifest::volcano::crd::job_crd()]).await
+}
+
+async fn install<const N: usize>(
+    client: &::kube::Client,
+    timeout: Duration,
+    crds: [Result<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition, crate::manifest::volcano::crd::CrdError>; N],
+) -> Result<(), KubeError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let fail = |e: String| KubeError::Client(format!("installing the CRDs: {e}"));
-    for crd in [pod_group_crd(), queue_crd()] {
+    for crd in crds {
         let crd = crd.map_err(|e| fail(e.to_string()))?;
         let name = crd.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &crd).await {
@@ -276,7 +289,9 @@ where
     )
 }
 
-fn spawn_stream<K, S>(
+/// Runs `stream` into `writer` on `handle`, restarting it with backoff (shared with the Job
+/// controller's watches).
+pub(crate) fn spawn_stream<K, S>(
     handle: &Handle,
     kind: String,
     stream: S,

@@ -93,6 +93,87 @@ pub fn queue_crd() -> Result<CustomResourceDefinition, CrdError> {
     )
 }
 
+/// The API group and version of Volcano's Job.
+pub const JOB_GROUP: &str = "batch.volcano.sh";
+pub const JOB_VERSION: &str = "v1alpha1";
+
+/// The Job CRD (`batch.volcano.sh/v1alpha1`): namespaced, short names `vcjob` and `vj`, a
+/// `status` subresource (the Job controller writes status; users write spec). Its schema
+/// is written here rather than generated: pod templates and volumes are Kubernetes types
+/// the API server validates when the pods are created, so they are kept as given
+/// (`x-kubernetes-preserve-unknown-fields`), and everything else has its type.
+pub fn job_crd() -> Result<CustomResourceDefinition, CrdError> {
+    let mut crd = crd(
+        Names {
+            kind: "Job",
+            plural: "jobs",
+            singular: "job",
+            short_names: &["vcjob", "vj"],
+            namespaced: true,
+            status_subresource: true,
+        },
+        "A batch job of tasks, each a set of identical pods, scheduled as one gang.",
+        job_schema(),
+        &[
+            column(".status.state.phase", "STATUS", "string"),
+            column(".status.minAvailable", "minAvailable", "integer"),
+            column(".status.running", "RUNNINGS", "integer"),
+            column(".metadata.creationTimestamp", "AGE", "date"),
+        ],
+    )?;
+    crd.metadata.name = Some(format!("jobs.{JOB_GROUP}"));
+    crd.spec.group = JOB_GROUP.into();
+    crd.spec.versions[0].name = JOB_VERSION.into();
+    Ok(crd)
+}
+
+fn job_schema() -> Value {
+    let int = || json!({"type": "integer", "format": "int32"});
+    let string = || json!({"type": "string"});
+    let kept = || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    let policies = json!({"type": "array", "items": {"type": "object", "properties": {
+        "action": string(), "event": string(),
+        "events": {"type": "array", "items": string()},
+        "exitCode": int(), "timeout": string(),
+    }}});
+    let task = json!({"type": "object", "properties": {
+        "name": string(), "replicas": int(), "minAvailable": int(), "maxRetry": int(),
+        "template": kept(), "policies": policies, "topologyPolicy": string(),
+        "dependsOn": kept(), "partitionPolicy": kept(),
+    }});
+    let spec = json!({"type": "object", "properties": {
+        "schedulerName": string(), "minAvailable": int(), "minSuccess": int(),
+        "queue": string(), "maxRetry": int(), "ttlSecondsAfterFinished": int(),
+        "priorityClassName": string(), "runningEstimate": string(),
+        "volumes": {"type": "array", "items": kept()},
+        "tasks": {"type": "array", "items": task},
+        "policies": policies,
+        "plugins": {"type": "object", "additionalProperties": {"type": "array", "items": string()}},
+        "networkTopology": kept(),
+    }});
+    let status = json!({"type": "object", "properties": {
+        "state": {"type": "object", "properties": {
+            "phase": string(), "reason": string(), "message": string(),
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+        }},
+        "minAvailable": int(), "pending": int(), "running": int(), "succeeded": int(),
+        "failed": int(), "terminating": int(), "unknown": int(), "retryCount": int(),
+        "version": int(), "runningDuration": string(),
+        "taskStatusCount": kept(), "controlledResources": kept(),
+        "conditions": {"type": "array", "items": kept()},
+    }});
+    json!({
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string", "description": "The versioned schema of this object."},
+            "kind": {"type": "string", "description": "The REST resource this object represents."},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    })
+}
+
 /// One CRD as a YAML document, with a header that says where it comes from.
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
     let kind = crd.spec.names.kind.clone();

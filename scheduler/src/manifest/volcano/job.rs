@@ -121,6 +121,10 @@ pub struct PartitionPolicySpec {
 pub struct ExpandedJob {
     pub pod_group: PodGroup,
     pub pods: Vec<Pod>,
+    /// The same pods as the API objects the Job controller creates (`pods[i]` is
+    /// `objects[i]` converted), so that `simulate` and `serve --job-controller` share one
+    /// expansion.
+    pub objects: Vec<k8s::Pod>,
     pub tasks: Vec<TaskForMinResources>,
 }
 
@@ -172,6 +176,7 @@ pub fn expand_job(
         .unwrap_or_else(|| default_scheduler_name.to_string());
     let job_pc = spec.priority_class_name.clone().filter(|p| !p.is_empty());
     let mut pods = Vec::new();
+    let mut objects = Vec::new();
     let mut for_min = Vec::new();
     for (t, task) in tasks.iter().enumerate() {
         let ctx = PodContext {
@@ -181,7 +186,8 @@ pub fn expand_job(
             scheduler_name: &scheduler_name,
             job_pc: job_pc.as_deref(),
         };
-        let first = task_pod(&ctx, task, default_scheduler_name)
+        let first_object = task_pod_object(&ctx, task);
+        let first = pod_from_k8s(&first_object, default_scheduler_name)
             .map_err(|e| e.under(&format!("spec.tasks[{t}].template.")))?;
         for_min.push(TaskForMinResources {
             priority_class_name: task
@@ -197,6 +203,7 @@ pub fn expand_job(
         });
         for index in 0..task.replicas {
             pods.push(replica(&first, &name, &task.name, index));
+            objects.push(replica_object(&first_object, &name, &task.name, index));
         }
         if task.spec.depends_on.is_some() {
             warnings.push(format!(
@@ -220,6 +227,7 @@ pub fn expand_job(
     Ok(ExpandedJob {
         pod_group,
         pods,
+        objects,
         tasks: for_min,
     })
 }
@@ -348,20 +356,19 @@ struct PodContext<'a> {
     job_pc: Option<&'a str>,
 }
 
-/// The task's pod with index 0, converted (errors have paths inside the template).
-fn task_pod(
-    ctx: &PodContext<'_>,
-    task: &DefaultedTask<'_>,
-    default_scheduler_name: &str,
-) -> Result<Pod, FieldError> {
+/// The task's pod with index 0 as an API object; a template without `spec` gives a pod
+/// without one, which the conversion refuses naming `spec`.
+fn task_pod_object(ctx: &PodContext<'_>, task: &DefaultedTask<'_>) -> k8s::Pod {
     let template = task.spec.template.clone().unwrap_or_default();
-    let mut spec = template.spec.ok_or_else(|| FieldError::missing("spec"))?;
-    if spec.scheduler_name.as_deref().unwrap_or("").is_empty() {
-        spec.scheduler_name = Some(ctx.scheduler_name.to_string());
-    }
-    if spec.priority_class_name.as_deref().unwrap_or("").is_empty() {
-        spec.priority_class_name = ctx.job_pc.map(str::to_string);
-    }
+    let spec = template.spec.map(|mut spec| {
+        if spec.scheduler_name.as_deref().unwrap_or("").is_empty() {
+            spec.scheduler_name = Some(ctx.scheduler_name.to_string());
+        }
+        if spec.priority_class_name.as_deref().unwrap_or("").is_empty() {
+            spec.priority_class_name = ctx.job_pc.map(str::to_string);
+        }
+        spec
+    });
     let mut metadata = template.metadata.unwrap_or_default();
     metadata.name = Some(format!("{}-{}-0", ctx.job, task.name));
     metadata.namespace = Some(ctx.namespace.to_string());
@@ -377,12 +384,11 @@ fn task_pod(
     labels.insert(JOB_NAMESPACE_KEY.into(), ctx.namespace.into());
     labels.insert(QUEUE_NAME_KEY.into(), ctx.queue.into());
     labels.insert(TASK_INDEX_KEY.into(), "0".into());
-    let pod = k8s::Pod {
+    k8s::Pod {
         metadata,
-        spec: Some(spec),
+        spec,
         status: None,
-    };
-    pod_from_k8s(&pod, default_scheduler_name)
+    }
 }
 
 /// Replica `index` of a task: the first pod renamed and re-indexed.
@@ -392,6 +398,18 @@ fn replica(first: &Pod, job: &str, task: &str, index: i32) -> Pod {
     pod.annotations
         .insert(TASK_INDEX_KEY.into(), index.to_string());
     pod.labels.insert(TASK_INDEX_KEY.into(), index.to_string());
+    pod
+}
+
+/// [`replica`] of the API object.
+fn replica_object(first: &k8s::Pod, job: &str, task: &str, index: i32) -> k8s::Pod {
+    let mut pod = first.clone();
+    let meta = &mut pod.metadata;
+    meta.name = Some(format!("{job}-{task}-{index}"));
+    for map in [&mut meta.annotations, &mut meta.labels] {
+        map.get_or_insert_with(BTreeMap::new)
+            .insert(TASK_INDEX_KEY.into(), index.to_string());
+    }
     pod
 }
 
