@@ -226,12 +226,10 @@ pub fn throughput_svg(history: &[Record]) -> String {
         "<polyline fill=\"none\" stroke=\"black\" stroke-width=\"1.5\" points=\"{}\"/>",
         points.join(" ")
     );
+    let frame = Frame { w, h, left, bottom };
     axes(
         &mut s,
-        w,
-        h,
-        left,
-        bottom,
+        &frame,
         top,
         &format!("time (s, 0-{end_s})"),
         "pods bound per second",
@@ -241,16 +239,17 @@ pub fn throughput_svg(history: &[Record]) -> String {
     s
 }
 
-fn axes(
-    s: &mut String,
+/// A plot's size and the margins of its axes.
+#[derive(Clone, Copy)]
+struct Frame {
     w: f64,
     h: f64,
     left: f64,
     bottom: f64,
-    top: f64,
-    xlabel: &str,
-    ylabel: &str,
-) {
+}
+
+fn axes(s: &mut String, f: &Frame, top: f64, xlabel: &str, ylabel: &str) {
+    let Frame { w, h, left, bottom } = *f;
     let _ = writeln!(
         s,
         "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",

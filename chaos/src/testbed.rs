@@ -63,10 +63,10 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if self.owned {
-            if let Err(e) = run(&self.script, &["down"]) {
-                eprintln!("chaos: bringing the testbed down: {e}");
-            }
+        if self.owned
+            && let Err(e) = run(&self.script, &["down"])
+        {
+            eprintln!("chaos: bringing the testbed down: {e}");
         }
     }
 }
