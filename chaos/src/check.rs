@@ -250,7 +250,8 @@ pub struct Recovery {
 
 /// I5: the time from each fault's start to the next bind of a pod whose gang's queue is
 /// on a shard the victim owned when it was hit. A fault whose victim owned no shard counts
-/// any bind.
+/// any bind. A bind by the victim itself before the fault healed does not count: it was
+/// sent before the hit, and only its watch event came after.
 pub fn recoveries(history: &[Record]) -> Vec<Recovery> {
     let mut shard_of: BTreeMap<&str, u32> = BTreeMap::new();
     let mut node_of: BTreeMap<&str, bool> = BTreeMap::new();
@@ -289,7 +290,11 @@ pub fn recoveries(history: &[Record]) -> Vec<Recovery> {
                 }
             }
             Event::Pod {
-                pod, node, group, ..
+                pod,
+                node,
+                group,
+                bound_by,
+                ..
             } => {
                 let was = node_of.insert(pod, node.is_some()).unwrap_or(false);
                 if was || node.is_none() {
@@ -298,7 +303,9 @@ pub fn recoveries(history: &[Record]) -> Vec<Recovery> {
                 let shard = group.as_deref().and_then(|g| shard_of.get(g));
                 let mut still = Vec::new();
                 for (mut rec, shards) in open.drain(..) {
-                    let hit = shards.is_empty() || shard.is_some_and(|s| shards.contains(s));
+                    let on_shards = shards.is_empty() || shard.is_some_and(|s| shards.contains(s));
+                    let by_victim = bound_by.as_deref() == Some(rec.victim.to_string().as_str());
+                    let hit = on_shards && (!by_victim || rec.end_ms.is_some());
                     if hit {
                         rec.recovered_ms = Some(r.t_ms - rec.start_ms);
                         rec.closed_ms = r.t_ms;

@@ -31,6 +31,9 @@ pub enum Event {
         phase: Option<String>,
         #[serde(default)]
         deleted: bool,
+        /// The replica that bound it (`phalanx.dev/bound-by`), when known.
+        #[serde(default)]
+        bound_by: Option<String>,
     },
     /// A PodGroup: its minMember, and the shard of its queue.
     Group {
@@ -129,6 +132,7 @@ mod tests {
                     group: Some("ns/g".into()),
                     phase: Some("Running".into()),
                     deleted: false,
+                    bound_by: Some("2".into()),
                 },
             ),
             Record::new(

@@ -14,7 +14,7 @@ use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
-use phalanx_scheduler::cluster::kube::volcano_resource;
+use phalanx_scheduler::cluster::kube::{BOUND_BY_ANNOTATION, volcano_resource};
 use phalanx_scheduler::shard::ShardMap;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -91,6 +91,12 @@ fn pod_event(p: &Pod, deleted: bool) -> Option<(String, Event, LivePod)> {
         node: node.clone(),
         phase: phase.clone(),
     };
+    let bound_by = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BOUND_BY_ANNOTATION))
+        .cloned();
     let event = Event::Pod {
         pod: key.clone(),
         node,
@@ -98,6 +104,7 @@ fn pod_event(p: &Pod, deleted: bool) -> Option<(String, Event, LivePod)> {
         group,
         phase,
         deleted,
+        bound_by,
     };
     Some((key, event, live))
 }
@@ -154,6 +161,7 @@ fn forget_unseen(clock: &Clock, live: &Live, seen: &BTreeSet<String>) {
                 group: p.group,
                 phase: p.phase,
                 deleted: true,
+                bound_by: None,
             });
         }
     }

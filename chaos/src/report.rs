@@ -400,6 +400,7 @@ mod tests {
                     group: None,
                     phase: None,
                     deleted: false,
+                    bound_by: None,
                 },
             )
         };

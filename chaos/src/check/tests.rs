@@ -33,6 +33,7 @@ fn pod(t: u64, p: &str, g: &str, n: Option<&str>, gpus: i64, phase: &str) -> Rec
             group: Some(g.into()),
             phase: Some(phase.into()),
             deleted: false,
+            bound_by: n.map(|_| "1".to_string()),
         },
     )
 }
@@ -275,4 +276,24 @@ fn i3_once_every_pod_is_deleted_catches_any_placement_left() {
         v[0].what,
         "pod ns/p: bound on n1 in the ledger, but the pod is gone"
     );
+}
+
+#[test]
+fn a_bind_the_victim_sent_before_it_was_hit_is_not_its_recovery() {
+    let by = |t, p: &str, replica: &str| {
+        let mut r = pod(t, p, "g1", Some("n1"), 1, "Pending");
+        if let Event::Pod { bound_by, .. } = &mut r.event {
+            *bound_by = Some(replica.to_string());
+        }
+        r
+    };
+    let h = vec![
+        group(0, "g1", 1, 1),
+        fault(100, 2, vec![1]),
+        by(118, "early", "2"),
+        healed(900, 2),
+        by(1300, "late", "3"),
+    ];
+    let r = recoveries(&h);
+    assert_eq!(r[0].recovered_ms, Some(1200));
 }
