@@ -390,8 +390,12 @@ impl TwoPhase {
             .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
             .collect();
         let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
+        // Bind before taking the coordinators' lock: the CoordinatorService's handlers take
+        // it on the runtime's worker threads, and `bind_all` needs those threads to make its
+        // API calls; holding the lock across it hung the replica (phalanx-chaos, seed 1).
+        let outcomes = input.cluster.bind_all(&binds);
         let coords = lock(&self.coords);
-        for ((pod, node), outcome) in binds.iter().zip(input.cluster.bind_all(&binds)) {
+        for ((pod, node), outcome) in binds.iter().zip(outcomes) {
             match outcome {
                 Ok(()) => {
                     counter!(metric::PODS_BOUND).increment(1);

@@ -1,0 +1,358 @@
+//! The checkers: pure functions from a history (and, for I3, the ledger's end state) to
+//! violations. Each is shown to catch a violation planted by hand in its tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::history::{Event, Record};
+
+/// A broken invariant, at a moment of the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// `I1`, `bound-once`, `I2`, `I3`, `I5`.
+    pub invariant: &'static str,
+    pub t_ms: u64,
+    pub what: String,
+}
+
+fn violation(invariant: &'static str, t_ms: u64, what: String) -> Violation {
+    Violation {
+        invariant,
+        t_ms,
+        what,
+    }
+}
+
+/// A pod holds GPUs on its node while it is bound, not finished and not deleted.
+fn holds(node: &Option<String>, phase: &Option<String>, deleted: bool) -> Option<String> {
+    let done = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+    node.clone().filter(|_| !done && !deleted)
+}
+
+/// I1: after every record, no node holds more GPUs than its allocatable. A pod on a node
+/// the history never showed counts against an allocatable of 0.
+pub fn check_i1(history: &[Record]) -> Vec<Violation> {
+    let mut allocatable: BTreeMap<String, i64> = BTreeMap::new();
+    let mut held: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in history {
+        let touched = match &r.event {
+            Event::Node { node, gpus } => {
+                allocatable.insert(node.clone(), *gpus);
+                node.clone()
+            }
+            Event::Pod {
+                pod,
+                node,
+                gpus,
+                phase,
+                deleted,
+                ..
+            } => {
+                let before = held.remove(pod).map(|(n, _)| n);
+                match holds(node, phase, *deleted) {
+                    Some(n) => {
+                        held.insert(pod.clone(), (n.clone(), *gpus));
+                        n
+                    }
+                    None => match before {
+                        Some(n) => n,
+                        None => continue,
+                    },
+                }
+            }
+            _ => continue,
+        };
+        let on: Vec<(&String, i64)> = held
+            .iter()
+            .filter(|(_, (n, _))| *n == touched)
+            .map(|(p, (_, g))| (p, *g))
+            .collect();
+        let used: i64 = on.iter().map(|(_, g)| g).sum();
+        let cap = allocatable.get(&touched).copied().unwrap_or(0);
+        if used > cap {
+            let pods: Vec<String> = on.iter().map(|(p, g)| format!("{p} ({g})")).collect();
+            out.push(violation(
+                "I1",
+                r.t_ms,
+                format!(
+                    "node {touched}: {used} GPUs held of {cap} allocatable by {}",
+                    pods.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Each pod is bound at most once and to one node: once a pod shows a node, it never
+/// shows another, and a deleted pod never comes back bound.
+pub fn check_bound_once(history: &[Record]) -> Vec<Violation> {
+    let mut first: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut gone: BTreeSet<&str> = BTreeSet::new();
+    let mut out = Vec::new();
+    for r in history {
+        let Event::Pod {
+            pod, node, deleted, ..
+        } = &r.event
+        else {
+            continue;
+        };
+        if let Some(n) = node.as_deref() {
+            if gone.contains(pod.as_str()) && !deleted {
+                out.push(violation(
+                    "bound-once",
+                    r.t_ms,
+                    format!("pod {pod} bound to {n} after it was deleted"),
+                ));
+            }
+            match first.get(pod.as_str()) {
+                Some(f) if *f != n => out.push(violation(
+                    "bound-once",
+                    r.t_ms,
+                    format!("pod {pod} bound to {f}, then to {n}"),
+                )),
+                Some(_) => {}
+                None => {
+                    first.insert(pod, n);
+                }
+            }
+        }
+        if *deleted {
+            gone.insert(pod);
+        }
+    }
+    out
+}
+
+/// I2: no gang has between 1 and minMember-1 of its pods bound for longer than `round_ms`
+/// (a pod counts from its first bind on, so pods that finish or are deleted do not make
+/// a whole gang look partial). A gang still partial at the end of the history counts up
+/// to the last record.
+pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
+    let mut mins: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut bound: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    // Gang -> (partial since, most pods bound while partial).
+    let mut partial_since: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut judge = |group: &str, since: u64, until: u64, n: usize, min: i64| {
+        if until.saturating_sub(since) > round_ms {
+            out.push(violation(
+                "I2",
+                since,
+                format!(
+                    "gang {group}: {n} of minMember {min} pods bound for {} ms (more than a bound round of {round_ms} ms)",
+                    until - since
+                ),
+            ));
+        }
+    };
+    for r in history {
+        let (group, pod) = match &r.event {
+            Event::Group {
+                group, min_member, ..
+            } => {
+                mins.insert(group, *min_member);
+                (group.as_str(), None)
+            }
+            Event::Pod {
+                pod,
+                node: Some(_),
+                group: Some(g),
+                ..
+            } => (g.as_str(), Some(pod.as_str())),
+            _ => continue,
+        };
+        let set = bound.entry(group).or_default();
+        if let Some(p) = pod {
+            set.insert(p);
+        }
+        let (n, min) = (set.len(), mins.get(group).copied().unwrap_or(1));
+        let partial = n > 0 && (n as i64) < min;
+        match (partial, partial_since.get(group).copied()) {
+            (true, since) => {
+                let since = since.map_or(r.t_ms, |(t, _)| t);
+                partial_since.insert(group, (since, n));
+            }
+            (false, Some((since, most))) => {
+                partial_since.remove(group);
+                judge(group, since, r.t_ms, most, min);
+            }
+            (false, None) => {}
+        }
+    }
+    let end = history.last().map_or(0, |r| r.t_ms);
+    for (group, (since, n)) in partial_since {
+        let min = mins.get(group).copied().unwrap_or(1);
+        judge(group, since, end, n, min);
+    }
+    out
+}
+
+/// One committed placement in the ledger, as the end-state check needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerPlacement {
+    pub pod: String,
+    pub node: String,
+    /// `reserved`, `assumed` or `bound`.
+    pub state: String,
+}
+
+/// I3 at the end of a run, once the workload stopped and the replicas settled: every
+/// placement still in the ledger belongs to a pod `api` shows bound (pod -> node) on that
+/// very node, and none is still a reservation of an undecided transaction. A placement
+/// that was released is no longer in the ledger; one whose pod is gone or elsewhere is
+/// lost or leaked. Run again once every pod is deleted (`api` empty), it says that every
+/// placement was released.
+pub fn check_i3(
+    ledger: &[LedgerPlacement],
+    api: &BTreeMap<String, Option<String>>,
+    t_ms: u64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for p in ledger {
+        let what = match api.get(&p.pod) {
+            _ if p.state == "reserved" => Some(format!(
+                "pod {}: still reserved on {} by an undecided transaction",
+                p.pod, p.node
+            )),
+            None => Some(format!(
+                "pod {}: {} on {} in the ledger, but the pod is gone",
+                p.pod, p.state, p.node
+            )),
+            Some(node) if node.as_deref() != Some(p.node.as_str()) => Some(format!(
+                "pod {}: {} on {} in the ledger, but bound to {:?} in the API server",
+                p.pod, p.state, p.node, node
+            )),
+            Some(_) => None,
+        };
+        if let Some(w) = what {
+            out.push(violation("I3", t_ms, w));
+        }
+    }
+    out
+}
+
+/// I5 for one fault: when it began, and how long until the first bind on a shard its
+/// victim owned (None: no such bind before the next fault began or the history ended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Recovery {
+    pub fault: String,
+    pub detail: String,
+    pub victim: u64,
+    pub start_ms: u64,
+    pub end_ms: Option<u64>,
+    pub recovered_ms: Option<u64>,
+    /// When the wait for its bind ended: the bind, the next fault, or the history's end.
+    pub closed_ms: u64,
+}
+
+/// I5: the time from each fault's start to the next bind of a pod whose gang's queue is
+/// on a shard the victim owned when it was hit. A fault whose victim owned no shard counts
+/// any bind. A bind by the victim itself before the fault healed does not count: it was
+/// sent before the hit, and only its watch event came after.
+pub fn recoveries(history: &[Record]) -> Vec<Recovery> {
+    let mut shard_of: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut node_of: BTreeMap<&str, bool> = BTreeMap::new();
+    let mut open: Vec<(Recovery, BTreeSet<u32>)> = Vec::new();
+    let mut done = Vec::new();
+    for r in history {
+        match &r.event {
+            Event::Group { group, shard, .. } => {
+                shard_of.insert(group, *shard);
+            }
+            Event::FaultStart {
+                fault,
+                detail,
+                victim,
+                shards,
+            } => {
+                // A new fault closes those still waiting: what follows is its recovery.
+                done.extend(open.drain(..).map(|(rec, _)| Recovery {
+                    closed_ms: r.t_ms,
+                    ..rec
+                }));
+                let rec = Recovery {
+                    fault: fault.clone(),
+                    detail: detail.clone(),
+                    victim: *victim,
+                    start_ms: r.t_ms,
+                    end_ms: None,
+                    recovered_ms: None,
+                    closed_ms: r.t_ms,
+                };
+                open.push((rec, shards.iter().copied().collect()));
+            }
+            Event::FaultEnd { victim, .. } => {
+                for (rec, _) in open.iter_mut().filter(|(rec, _)| rec.victim == *victim) {
+                    rec.end_ms.get_or_insert(r.t_ms);
+                }
+            }
+            Event::Pod {
+                pod,
+                node,
+                group,
+                bound_by,
+                ..
+            } => {
+                let was = node_of.insert(pod, node.is_some()).unwrap_or(false);
+                if was || node.is_none() {
+                    continue;
+                }
+                let shard = group.as_deref().and_then(|g| shard_of.get(g));
+                let mut still = Vec::new();
+                for (mut rec, shards) in open.drain(..) {
+                    let on_shards = shards.is_empty() || shard.is_some_and(|s| shards.contains(s));
+                    let by_victim = bound_by.as_deref() == Some(rec.victim.to_string().as_str());
+                    let hit = on_shards && (!by_victim || rec.end_ms.is_some());
+                    if hit {
+                        rec.recovered_ms = Some(r.t_ms - rec.start_ms);
+                        rec.closed_ms = r.t_ms;
+                        done.push(rec);
+                    } else {
+                        still.push((rec, shards));
+                    }
+                }
+                open = still;
+            }
+            Event::Node { .. } => {}
+        }
+    }
+    let end = history.last().map_or(0, |r| r.t_ms);
+    done.extend(open.into_iter().map(|(rec, _)| Recovery {
+        closed_ms: end,
+        ..rec
+    }));
+    done.sort_by_key(|r| r.start_ms);
+    done
+}
+
+/// I5 as a violation: a fault whose shards saw no bind within `limit_ms` of its healing
+/// (its end; its start when it never ended), while the run went on that long.
+pub fn check_i5(recoveries: &[Recovery], limit_ms: u64) -> Vec<Violation> {
+    recoveries
+        .iter()
+        .filter_map(|r| {
+            let healed = r.end_ms.unwrap_or(r.start_ms).max(r.start_ms);
+            let waited = r.closed_ms.saturating_sub(healed);
+            let what = match r.recovered_ms {
+                Some(ms) if waited > limit_ms => format!(
+                    "next bind on its shards {ms} ms after the fault, {waited} ms after healing (limit {limit_ms} ms)"
+                ),
+                None if waited > limit_ms => {
+                    format!("no bind on its shards in the {waited} ms after healing (limit {limit_ms} ms)")
+                }
+                _ => return None,
+            };
+            Some(violation(
+                "I5",
+                r.start_ms,
+                format!("{} (victim {}): {what}", r.fault, r.victim),
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

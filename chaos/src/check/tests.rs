@@ -1,0 +1,299 @@
+use super::*;
+
+fn node(t: u64, n: &str, gpus: i64) -> Record {
+    Record::new(
+        t,
+        Event::Node {
+            node: n.into(),
+            gpus,
+        },
+    )
+}
+
+fn group(t: u64, g: &str, min: i64, shard: u32) -> Record {
+    Record::new(
+        t,
+        Event::Group {
+            group: g.into(),
+            min_member: min,
+            queue: "q".into(),
+            shard,
+            deleted: false,
+        },
+    )
+}
+
+fn pod(t: u64, p: &str, g: &str, n: Option<&str>, gpus: i64, phase: &str) -> Record {
+    Record::new(
+        t,
+        Event::Pod {
+            pod: p.into(),
+            node: n.map(str::to_string),
+            gpus,
+            group: Some(g.into()),
+            phase: Some(phase.into()),
+            deleted: false,
+            bound_by: n.map(|_| "1".to_string()),
+        },
+    )
+}
+
+fn deleted(t: u64, p: &str, g: &str, n: Option<&str>, gpus: i64) -> Record {
+    let mut r = pod(t, p, g, n, gpus, "Running");
+    if let Event::Pod { deleted, .. } = &mut r.event {
+        *deleted = true;
+    }
+    r
+}
+
+fn fault(t: u64, victim: u64, shards: Vec<u32>) -> Record {
+    Record::new(
+        t,
+        Event::FaultStart {
+            fault: "leader-kill".into(),
+            detail: "d".into(),
+            victim,
+            shards,
+        },
+    )
+}
+
+fn healed(t: u64, victim: u64) -> Record {
+    Record::new(
+        t,
+        Event::FaultEnd {
+            fault: "leader-kill".into(),
+            victim,
+        },
+    )
+}
+
+/// Two gangs that fill a node one after the other: no violation.
+fn clean_history() -> Vec<Record> {
+    vec![
+        node(0, "n1", 8),
+        group(1, "g1", 2, 0),
+        pod(2, "p1", "g1", None, 4, "Pending"),
+        pod(2, "p2", "g1", None, 4, "Pending"),
+        pod(10, "p1", "g1", Some("n1"), 4, "Pending"),
+        pod(11, "p2", "g1", Some("n1"), 4, "Pending"),
+        pod(20, "p1", "g1", Some("n1"), 4, "Succeeded"),
+        pod(21, "p2", "g1", Some("n1"), 4, "Succeeded"),
+        deleted(22, "p1", "g1", Some("n1"), 4),
+        deleted(22, "p2", "g1", Some("n1"), 4),
+        group(30, "g2", 1, 0),
+        pod(31, "p3", "g2", Some("n1"), 8, "Running"),
+    ]
+}
+
+#[test]
+fn a_clean_history_has_no_violation() {
+    let h = clean_history();
+    assert_eq!(check_i1(&h), vec![]);
+    assert_eq!(check_bound_once(&h), vec![]);
+    assert_eq!(check_i2(&h, 5), vec![]);
+}
+
+#[test]
+fn i1_catches_a_double_booked_node() {
+    let mut h = clean_history();
+    // A pod bound to the full node while p3 holds all its GPUs.
+    h.push(pod(40, "intruder", "g3", Some("n1"), 1, "Pending"));
+    let v = check_i1(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].invariant, "I1");
+    assert_eq!(v[0].t_ms, 40);
+    assert!(
+        v[0].what.contains("node n1: 9 GPUs held of 8"),
+        "{}",
+        v[0].what
+    );
+}
+
+#[test]
+fn i1_does_not_count_finished_or_deleted_pods() {
+    let mut h = clean_history();
+    h.push(pod(40, "p3", "g2", Some("n1"), 8, "Succeeded"));
+    h.push(pod(41, "p4", "g4", Some("n1"), 8, "Running"));
+    assert_eq!(check_i1(&h), vec![]);
+}
+
+#[test]
+fn i1_catches_a_pod_bound_to_a_node_it_never_saw() {
+    let h = vec![pod(5, "p", "g", Some("ghost"), 1, "Pending")];
+    let v = check_i1(&h);
+    assert_eq!(v.len(), 1);
+    assert!(v[0].what.contains("of 0 allocatable"), "{}", v[0].what);
+}
+
+#[test]
+fn bound_once_catches_a_pod_bound_to_two_nodes() {
+    let mut h = clean_history();
+    h.insert(0, node(0, "n2", 8));
+    h.push(pod(40, "p3", "g2", Some("n2"), 8, "Running"));
+    let v = check_bound_once(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].what, "pod p3 bound to n1, then to n2");
+}
+
+#[test]
+fn bound_once_catches_a_deleted_pod_bound_again() {
+    let mut h = clean_history();
+    h.push(pod(40, "p1", "g1", Some("n1"), 4, "Running"));
+    let v = check_bound_once(&h);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("after it was deleted"), "{}", v[0].what);
+}
+
+#[test]
+fn i2_catches_a_gang_half_bound_longer_than_a_round() {
+    let h = vec![
+        node(0, "n1", 8),
+        group(1, "g", 3, 0),
+        pod(10, "a", "g", Some("n1"), 1, "Pending"),
+        pod(12, "b", "g", Some("n1"), 1, "Pending"),
+        pod(100, "c", "g", Some("n1"), 1, "Pending"),
+    ];
+    assert_eq!(
+        check_i2(&h, 100),
+        vec![],
+        "90 ms partial is within a round of 100 ms"
+    );
+    let v = check_i2(&h, 50);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].t_ms, 10);
+    assert!(
+        v[0].what.contains("2 of minMember 3 pods bound for 90 ms"),
+        "{}",
+        v[0].what
+    );
+}
+
+#[test]
+fn i2_catches_a_gang_still_half_bound_when_the_history_ends() {
+    let h = vec![
+        group(1, "g", 2, 0),
+        pod(10, "a", "g", Some("n1"), 1, "Pending"),
+        node(5000, "n1", 8),
+    ];
+    let v = check_i2(&h, 1000);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("1 of minMember 2"), "{}", v[0].what);
+}
+
+#[test]
+fn i3_catches_lost_leaked_and_undecided_placements() {
+    let api: BTreeMap<String, Option<String>> = [
+        ("ns/ok".to_string(), Some("n1".to_string())),
+        ("ns/moved".to_string(), Some("n2".to_string())),
+        ("ns/pending".to_string(), None),
+    ]
+    .into();
+    let place = |pod: &str, state: &str| LedgerPlacement {
+        pod: pod.into(),
+        node: "n1".into(),
+        state: state.into(),
+    };
+    assert_eq!(check_i3(&[place("ns/ok", "bound")], &api, 7), vec![]);
+    let v = check_i3(
+        &[
+            place("ns/ok", "bound"),
+            place("ns/gone", "assumed"),
+            place("ns/moved", "bound"),
+            place("ns/pending", "assumed"),
+            place("ns/ok2", "reserved"),
+        ],
+        &api,
+        7,
+    );
+    let what: Vec<&str> = v.iter().map(|v| v.what.as_str()).collect();
+    assert_eq!(
+        what,
+        vec![
+            "pod ns/gone: assumed on n1 in the ledger, but the pod is gone",
+            "pod ns/moved: bound on n1 in the ledger, but bound to Some(\"n2\") in the API server",
+            "pod ns/pending: assumed on n1 in the ledger, but bound to None in the API server",
+            "pod ns/ok2: still reserved on n1 by an undecided transaction",
+        ]
+    );
+}
+
+#[test]
+fn recovery_is_the_time_to_the_next_bind_on_the_victims_shards() {
+    let h = vec![
+        group(0, "g0", 1, 0),
+        group(0, "g1", 1, 1),
+        pod(1, "a", "g0", None, 1, "Pending"),
+        pod(1, "b", "g1", None, 1, "Pending"),
+        fault(100, 2, vec![1]),
+        // A bind on shard 0 is not the victim's: it does not end the wait.
+        pod(150, "a", "g0", Some("n1"), 1, "Pending"),
+        healed(200, 2),
+        pod(420, "b", "g1", Some("n1"), 1, "Pending"),
+        pod(500, "b", "g1", Some("n1"), 1, "Running"),
+    ];
+    let r = recoveries(&h);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].recovered_ms, Some(320));
+    assert_eq!(r[0].end_ms, Some(200));
+    assert_eq!(check_i5(&r, 1000), vec![]);
+    let v = check_i5(&r, 100);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("220 ms after healing"), "{}", v[0].what);
+}
+
+#[test]
+fn i5_catches_a_fault_never_followed_by_a_bind() {
+    let h = vec![
+        group(0, "g1", 1, 1),
+        fault(100, 2, vec![1]),
+        healed(200, 2),
+        pod(300, "x", "g1", None, 1, "Pending"),
+        node(9000, "n1", 8),
+    ];
+    let r = recoveries(&h);
+    assert_eq!(r[0].recovered_ms, None);
+    let v = check_i5(&r, 5000);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].what.contains("no bind on its shards in the 8800 ms"),
+        "{}",
+        v[0].what
+    );
+}
+
+#[test]
+fn i3_once_every_pod_is_deleted_catches_any_placement_left() {
+    let left = [LedgerPlacement {
+        pod: "ns/p".into(),
+        node: "n1".into(),
+        state: "bound".into(),
+    }];
+    assert_eq!(check_i3(&[], &BTreeMap::new(), 1), vec![]);
+    let v = check_i3(&left, &BTreeMap::new(), 1);
+    assert_eq!(v.len(), 1);
+    assert_eq!(
+        v[0].what,
+        "pod ns/p: bound on n1 in the ledger, but the pod is gone"
+    );
+}
+
+#[test]
+fn a_bind_the_victim_sent_before_it_was_hit_is_not_its_recovery() {
+    let by = |t, p: &str, replica: &str| {
+        let mut r = pod(t, p, "g1", Some("n1"), 1, "Pending");
+        if let Event::Pod { bound_by, .. } = &mut r.event {
+            *bound_by = Some(replica.to_string());
+        }
+        r
+    };
+    let h = vec![
+        group(0, "g1", 1, 1),
+        fault(100, 2, vec![1]),
+        by(118, "early", "2"),
+        healed(900, 2),
+        by(1300, "late", "3"),
+    ];
+    let r = recoveries(&h);
+    assert_eq!(r[0].recovered_ms, Some(1200));
+}

@@ -1,0 +1,308 @@
+//! The `phalanx serve` processes under test: started with the flags `e2e_shards` uses
+//! (shards, Leases in the run's namespace, the 2PC CoordinatorService on every replica),
+//! killed, paused and resumed by pid, and read through their /metrics.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// How the replicas run.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub binary: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub dir: PathBuf,
+    pub namespace: String,
+    pub shards: u32,
+    pub period_ms: u64,
+    pub lease_ms: u64,
+}
+
+/// One replica: its addresses (kept across restarts) and its process when running.
+#[derive(Debug)]
+pub struct Replica {
+    pub id: u64,
+    pub http: SocketAddr,
+    child: Option<Child>,
+    paused: bool,
+}
+
+/// The replicas and everything needed to restart any of them as they were.
+#[derive(Debug)]
+pub struct Fleet {
+    pub config: FleetConfig,
+    pub raft: BTreeMap<u64, String>,
+    coord: BTreeMap<u64, String>,
+    pub replicas: Vec<Replica>,
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn peers(map: &BTreeMap<u64, String>) -> String {
+    let all: Vec<String> = map.iter().map(|(id, a)| format!("{id}={a}")).collect();
+    all.join(",")
+}
+
+/// GET over plain HTTP: (status, body).
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad response {text:?}"))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    Ok((code, body))
+}
+
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()?
+        .success();
+    anyhow::ensure!(ok, "kill -{sig} {pid} failed");
+    Ok(())
+}
+
+impl Replica {
+    /// Running and not stopped: its /metrics can answer.
+    pub fn live(&self) -> bool {
+        self.child.is_some() && !self.paused
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn sigkill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    pub fn sigstop(&mut self) -> anyhow::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| anyhow::anyhow!("replica {} is not running", self.id))?;
+        signal(pid, "STOP")?;
+        self.paused = true;
+        Ok(())
+    }
+
+    pub fn sigcont(&mut self) -> anyhow::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| anyhow::anyhow!("replica {} is not running", self.id))?;
+        signal(pid, "CONT")?;
+        self.paused = false;
+        Ok(())
+    }
+
+    pub fn metrics(&self) -> Result<String, String> {
+        if !self.live() {
+            return Err(format!("replica {} is not live", self.id));
+        }
+        http_get(self.http, "/metrics").map(|(_, b)| b)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.live() && matches!(http_get(self.http, "/readyz"), Ok((200, _)))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if self.paused
+            && let Some(pid) = self.pid()
+        {
+            let _ = signal(pid, "CONT");
+        }
+        self.sigkill();
+    }
+}
+
+/// What /metrics says about leadership and shards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    pub leader: bool,
+    /// Shard -> epoch, of the shards it owns.
+    pub owned: BTreeMap<u32, u64>,
+}
+
+pub fn parse_view(metrics: &str) -> View {
+    let mut v = View::default();
+    for l in metrics.lines() {
+        if l.trim() == "phalanx_is_leader 1" {
+            v.leader = true;
+        }
+        let owned = l
+            .strip_prefix("phalanx_shard_epoch{shard=\"")
+            .and_then(|rest| rest.split_once("\"} "))
+            .and_then(|(s, e)| Some((s.parse().ok()?, e.trim().parse::<f64>().ok()? as u64)));
+        if let Some((s, e)) = owned.filter(|(_, e)| *e > 0) {
+            v.owned.insert(s, e);
+        }
+    }
+    v
+}
+
+impl Fleet {
+    /// Starts replicas 1..=n.
+    pub fn start(config: FleetConfig, n: u64) -> anyhow::Result<Self> {
+        let mut raft = BTreeMap::new();
+        let mut coord = BTreeMap::new();
+        for id in 1..=n {
+            raft.insert(id, format!("127.0.0.1:{}", free_port()?));
+            coord.insert(id, format!("127.0.0.1:{}", free_port()?));
+        }
+        let mut fleet = Self {
+            config,
+            raft,
+            coord,
+            replicas: Vec::new(),
+        };
+        for id in 1..=n {
+            let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+            fleet.replicas.push(Replica {
+                id,
+                http,
+                child: None,
+                paused: false,
+            });
+            fleet.spawn(id)?;
+        }
+        Ok(fleet)
+    }
+
+    pub fn log_of(&self, id: u64) -> PathBuf {
+        self.config.dir.join(format!("serve-{id}.log"))
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.config.dir.join(format!("data-{id}"))
+    }
+
+    pub fn replica(&mut self, id: u64) -> anyhow::Result<&mut Replica> {
+        self.replicas
+            .iter_mut()
+            .find(|r| r.id == id)
+            .ok_or_else(|| anyhow::anyhow!("no replica {id}"))
+    }
+
+    /// (Re)starts replica `id` on its data dir and addresses, appending to its log.
+    pub fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        let c = &self.config;
+        let log = self.log_of(id);
+        let out = open_append(&log)?;
+        let err = out.try_clone()?;
+        let r = self
+            .replicas
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| anyhow::anyhow!("no replica {id}"))?;
+        let child = Command::new(&c.binary)
+            .args([
+                "serve",
+                "--id",
+                &id.to_string(),
+                "--listen",
+                &self.raft[&id],
+            ])
+            .args(["--peers", &peers(&self.raft)])
+            .arg("--data-dir")
+            .arg(self.data_dir(id))
+            .args(["--http", &r.http.to_string()])
+            .arg("--kubeconfig")
+            .arg(&c.kubeconfig)
+            .args(["--period-ms", &c.period_ms.to_string()])
+            .args(["--shards", &c.shards.to_string()])
+            .args(["--shard-lease-ms", &c.lease_ms.to_string()])
+            .args(["--lease-namespace", &c.namespace])
+            .args(["--coord-listen", &self.coord[&id]])
+            .args(["--coord-peers", &peers(&self.coord)])
+            .env("PHALANX_LOG", "info,openraft=error")
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {} serve: {e}", c.binary.display()))?;
+        let r = self.replica(id)?;
+        r.child = Some(child);
+        r.paused = false;
+        Ok(())
+    }
+
+    /// Each live replica's view; replicas that do not answer are left out.
+    pub fn views(&self) -> BTreeMap<u64, View> {
+        self.replicas
+            .iter()
+            .filter_map(|r| Some((r.id, parse_view(&r.metrics().ok()?))))
+            .collect()
+    }
+
+    /// The replica that says it leads the Raft group, if exactly one does.
+    pub fn leader(&self) -> Option<u64> {
+        let leaders: Vec<u64> = self
+            .views()
+            .into_iter()
+            .filter(|(_, v)| v.leader)
+            .map(|(id, _)| id)
+            .collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    }
+
+    /// Shard -> owner, once every shard has exactly one owner among the live replicas.
+    pub fn owners(&self) -> Option<BTreeMap<u32, u64>> {
+        let mut owners: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (id, v) in self.views() {
+            for s in v.owned.keys() {
+                owners.entry(*s).or_default().push(id);
+            }
+        }
+        let complete =
+            (0..self.config.shards).all(|s| owners.get(&s).is_some_and(|o| o.len() == 1));
+        complete.then(|| owners.into_iter().map(|(s, o)| (s, o[0])).collect())
+    }
+
+    pub fn all_ready(&self) -> bool {
+        self.replicas.iter().all(Replica::ready)
+    }
+}
+
+fn open_append(path: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_reads_leadership_and_owned_shards_from_metrics() {
+        let text = "phalanx_is_leader 1\nphalanx_shard_epoch{shard=\"0\"} 3\nphalanx_shard_epoch{shard=\"4\"} 0\nphalanx_shard_epoch{shard=\"5\"} 12\n";
+        let v = parse_view(text);
+        assert!(v.leader);
+        assert_eq!(v.owned, BTreeMap::from([(0, 3), (5, 12)]));
+        assert_eq!(parse_view("phalanx_is_leader 0\n"), View::default());
+    }
+}

@@ -1,0 +1,349 @@
+//! `phalanx-chaos`: the failover chaos suite. Three `phalanx serve` processes on the
+//! testbed, a seeded workload, faults drawn from the seed and injected by pid, a recorded
+//! history, checkers over it, and a report. See chaos/README.md.
+
+mod check;
+mod faults;
+mod fleet;
+mod history;
+mod recorder;
+mod report;
+mod run;
+mod testbed;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use crate::check::{Recovery, Violation};
+use crate::faults::FaultKind;
+use crate::history::{Event, Record};
+use crate::report::Case;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Matrix {
+    /// Every fault kind `--per-kind` times (2 by default): about 3 minutes.
+    Ci,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "phalanx-chaos",
+    about = "Failover chaos on real phalanx serve processes"
+)]
+struct Cli {
+    /// Run the CI matrix.
+    #[arg(long, value_enum, conflicts_with_all = ["soak", "check_history"])]
+    matrix: Option<Matrix>,
+    /// Cycle through every fault kind for this long (`90s`, `30m`, `2h`).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "check_history")]
+    soak: Option<Duration>,
+    /// Check a recorded history again (offline; I3 needs the ledger and is not checked).
+    #[arg(long, value_name = "FILE")]
+    check_history: Option<PathBuf>,
+    /// Seed of the fault schedule, the victims and the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fault kinds to inject (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    faults: Vec<FaultKind>,
+    /// Injections of each kind in the CI matrix.
+    #[arg(long, default_value_t = 2)]
+    per_kind: usize,
+    /// The `phalanx` binary [default: $CARGO_TARGET_DIR/release/phalanx].
+    #[arg(long, env = "PHALANX_CHAOS_BIN")]
+    phalanx: Option<PathBuf>,
+    /// The report (its SVG plots go beside it).
+    #[arg(long, default_value = "docs/chaos/REPORT.md")]
+    report: PathBuf,
+    /// Where the history and the replicas' logs and data go [default: a new temp dir].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[arg(long, default_value_t = 6)]
+    shards: u32,
+    #[arg(long, default_value_t = 250)]
+    period_ms: u64,
+    #[arg(long, default_value_t = 1000)]
+    lease_ms: u64,
+    /// I2: how long a gang may be partly bound (a bind round).
+    #[arg(long, default_value_t = 3000)]
+    round_ms: u64,
+    /// I5: how long after healing a fault's shards may go without a bind.
+    #[arg(long, default_value_t = 15000)]
+    recovery_limit_ms: u64,
+    /// Time between gang creations.
+    #[arg(long, default_value_t = 300)]
+    interval_ms: u64,
+    #[arg(long, default_value_t = 40)]
+    max_in_flight: usize,
+    /// The testbed script (used as it is if up, else brought up and down).
+    #[arg(long)]
+    testbed: Option<PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("duration `{s}`: expected a number and s, m or h, as 90s, 30m, 2h"))?;
+    let secs = match unit {
+        "s" | "" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("duration `{s}`: unit `{unit}` is not s, m or h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn default_binary() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), PathBuf::from)
+        .join("release/phalanx")
+}
+
+/// The command line that repeats this run: the arguments given, with the seed.
+fn reproduce(cli: &Cli) -> String {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if !args
+        .iter()
+        .any(|a| a == "--seed" || a.starts_with("--seed="))
+    {
+        args.extend(["--seed".to_string(), cli.seed.to_string()]);
+    }
+    format!("phalanx-chaos {}", args.join(" "))
+}
+
+/// Which case a moment of the run belongs to: the latest fault started by then.
+fn case_at(windows: &[(u64, String)], t_ms: u64) -> String {
+    windows
+        .iter()
+        .rev()
+        .find(|(s, _)| *s <= t_ms)
+        .map_or("baseline (no fault yet)".to_string(), |(_, k)| k.clone())
+}
+
+/// Runs the history checkers and sorts their violations (and `extra` ones) into cases.
+fn judge(
+    history: &[Record],
+    cli: &Cli,
+    extra: Vec<Violation>,
+    kinds: &[FaultKind],
+) -> (Vec<Case>, Vec<Recovery>) {
+    let windows: Vec<(u64, String)> = history
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::FaultStart { fault, .. } => Some((r.t_ms, fault.clone())),
+            _ => None,
+        })
+        .collect();
+    let rec = check::recoveries(history);
+    let mut all = check::check_i1(history);
+    all.extend(check::check_bound_once(history));
+    all.extend(check::check_i2(history, cli.round_ms));
+    all.extend(check::check_i5(&rec, cli.recovery_limit_ms));
+    all.extend(extra);
+    let mut names = vec!["baseline (no fault yet)".to_string()];
+    names.extend(kinds.iter().map(|k| k.name().to_string()));
+    let cases = names
+        .into_iter()
+        .map(|name| Case {
+            injections: windows.iter().filter(|(_, k)| *k == name).count(),
+            violations: all
+                .iter()
+                .filter(|v| case_at(&windows, v.t_ms) == name)
+                .cloned()
+                .collect(),
+            recovery_ms: rec
+                .iter()
+                .filter(|r| r.fault == name)
+                .filter_map(|r| r.recovered_ms)
+                .collect(),
+            name,
+        })
+        .collect();
+    (cases, rec)
+}
+
+/// One line per case, the failures with how to reproduce them, then the summary line.
+fn print_cases(cases: &[Case], repro: &str, history: &Path, seed: u64) -> bool {
+    for c in cases {
+        let p = |q| report::percentile(&c.recovery_ms, q).map_or("-".into(), |v| format!("{v} ms"));
+        let stats = format!(
+            "{} injections, recovery p50 {} p99 {}",
+            c.injections,
+            p(0.5),
+            p(0.99)
+        );
+        if c.violations.is_empty() {
+            println!("  ok   {}: {stats}", c.name);
+            continue;
+        }
+        println!(
+            "  FAIL {}: {} violation(s); {stats}",
+            c.name,
+            c.violations.len()
+        );
+        for v in c.violations.iter().take(10) {
+            println!("       [{} at {} ms] {}", v.invariant, v.t_ms, v.what);
+        }
+        println!("       seed {seed}; reproduce: {repro}");
+        println!(
+            "       check the history again: phalanx-chaos --check-history {}",
+            history.display()
+        );
+    }
+    let failed = cases.iter().filter(|c| !c.violations.is_empty()).count();
+    println!("chaos: {} passed, {failed} failed", cases.len() - failed);
+    failed == 0
+}
+
+fn kinds_of(cli: &Cli) -> Vec<FaultKind> {
+    if cli.faults.is_empty() {
+        faults::ALL_KINDS.to_vec()
+    } else {
+        cli.faults.clone()
+    }
+}
+
+fn offline(cli: &Cli, path: &Path) -> anyhow::Result<bool> {
+    let history = history::read(path)?;
+    let (cases, _) = judge(&history, cli, Vec::new(), &kinds_of(cli));
+    println!(
+        "chaos: I3 not checked (it needs the replicas' ledger, which a history does not keep)"
+    );
+    Ok(print_cases(&cases, &reproduce(cli), path, cli.seed))
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.check_history {
+        Some(path) => offline(&cli, path),
+        None if cli.matrix.is_none() && cli.soak.is_none() => Err(anyhow::anyhow!(
+            "nothing to do: give --matrix ci, --soak DURATION or --check-history FILE"
+        )),
+        None => live(&cli),
+    };
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("phalanx-chaos: error: {e:#}");
+            println!("chaos: 0 passed, 1 failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn stamp() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn binary_version(binary: &Path) -> String {
+    std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+fn live(cli: &Cli) -> anyhow::Result<bool> {
+    let wall = Instant::now();
+    let binary = cli.phalanx.clone().unwrap_or_else(default_binary);
+    anyhow::ensure!(
+        binary.exists(),
+        "--phalanx {}: no such file (build it: cargo build --release -p phalanx-scheduler)",
+        binary.display()
+    );
+    let script = cli
+        .testbed
+        .clone()
+        .unwrap_or_else(|| workspace().join("deploy/testbed/testbed"));
+    let out = match &cli.out {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("phalanx-chaos-{}-{}", cli.seed, stamp())),
+    };
+    std::fs::create_dir_all(&out)?;
+    let kinds = kinds_of(cli);
+    let (schedule, until) = match cli.soak {
+        Some(d) => (
+            faults::schedule(cli.seed, &kinds, 100_000, cli.lease_ms),
+            Some(d),
+        ),
+        None => (
+            faults::schedule(cli.seed, &kinds, cli.per_kind, cli.lease_ms),
+            None,
+        ),
+    };
+    let bed = testbed::Testbed::ensure(&script, 16, 4)?;
+    let config = run::RunConfig {
+        seed: cli.seed,
+        schedule,
+        until,
+        fleet: fleet::FleetConfig {
+            binary: binary.clone(),
+            kubeconfig: bed.kubeconfig.clone(),
+            dir: out.clone(),
+            namespace: format!("chaos-{}-{}", cli.seed, stamp()),
+            shards: cli.shards,
+            period_ms: cli.period_ms,
+            lease_ms: cli.lease_ms,
+        },
+        warmup_ms: 5000,
+        interval_ms: cli.interval_ms,
+        max_in_flight: cli.max_in_flight,
+    };
+    let history_path = out.join("history.jsonl");
+    let o = run::run(&config, &history_path, &workspace().join("deploy/crds"))?;
+    drop(bed);
+    let (mut cases, rec) = judge(&o.history, cli, o.harness_errors.clone(), &kinds);
+    cases.push(Case {
+        name: "end state (I3, from the ledger)".to_string(),
+        injections: 0,
+        violations: o.i3.clone(),
+        recovery_ms: Vec::new(),
+    });
+    println!(
+        "chaos: history {} ({} records), replica logs in {}",
+        history_path.display(),
+        o.history.len(),
+        out.display()
+    );
+    let repro = reproduce(cli);
+    let ok = print_cases(&cases, &repro, &history_path, cli.seed);
+    let s = &o.stats;
+    let ld = std::sync::atomic::Ordering::Relaxed;
+    let meta = report::Meta {
+        command: repro,
+        seed: cli.seed,
+        wall_s: wall.elapsed().as_secs_f64(),
+        versions: vec![
+            ("phalanx".into(), binary_version(&binary)),
+            ("phalanx-chaos".into(), env!("CARGO_PKG_VERSION").into()),
+            ("kube-apiserver".into(), o.api_version.clone()),
+            ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
+            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on", cli.shards, cli.period_ms, cli.lease_ms)),
+        ],
+        workload: format!(
+            "a gang every {} ms while fewer than {} are in flight: {} created, {} finished and deleted, {} never bound and withdrawn, {} create errors",
+            cli.interval_ms, cli.max_in_flight, s.created.load(ld), s.finished.load(ld), s.given_up.load(ld), s.errors.load(ld)
+        ),
+        i3_note: o.i3_note.clone(),
+        history: history_path.display().to_string(),
+        injections: o
+            .injected
+            .iter()
+            .map(|i| (i.fault.kind.name().to_string(), i.victim, i.fault.detail(), i.start_ms, i.end_ms))
+            .collect(),
+    };
+    report::write(&cli.report, &meta, &cases, &o.history, &rec)?;
+    println!("chaos: report {}", cli.report.display());
+    Ok(ok)
+}

@@ -1,0 +1,477 @@
+//! One chaos run: the namespace, queues and priorities; three replicas; the recorder and
+//! the workload; the fault schedule; then the end-state checks against the ledger.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use phalanx_scheduler::cluster::kube::volcano_resource;
+use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
+use phalanx_statestore::LedgerClient;
+use phalanx_statestore::ledger::state::PlacementState;
+use serde_json::json;
+
+use crate::check::{LedgerPlacement, Violation, check_i3};
+use crate::faults::{self, Fault};
+use crate::fleet::{Fleet, FleetConfig};
+use crate::history::{Event, Record, Writer};
+use crate::recorder::{self, Clock, Live};
+use crate::workload::{self, GangSpec, Generator, PRIORITIES, WorkloadConfig, WorkloadStats};
+
+/// What a run needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub schedule: Vec<Fault>,
+    /// Stop injecting once this much time has passed (a soak), even if faults are left.
+    pub until: Option<Duration>,
+    pub fleet: FleetConfig,
+    pub warmup_ms: u64,
+    pub interval_ms: u64,
+    pub max_in_flight: usize,
+}
+
+/// One fault as injected.
+#[derive(Debug, Clone)]
+pub struct Injected {
+    pub fault: Fault,
+    pub victim: u64,
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub history: Vec<Record>,
+    pub injected: Vec<Injected>,
+    /// Faults the harness could not inject (no leader, fleet not whole again): failures.
+    pub harness_errors: Vec<Violation>,
+    pub i3: Vec<Violation>,
+    pub i3_note: String,
+    pub stats: Arc<WorkloadStats>,
+    pub api_version: String,
+}
+
+/// Shared by the steps of a run.
+struct Ctx {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    ns: String,
+    queues: BTreeMap<u32, String>,
+    clock: Clock,
+}
+
+/// A create that found the object already there is fine.
+fn exists_ok(what: &str) -> impl FnOnce(kube::Error) -> anyhow::Result<()> + '_ {
+    move |e| match e {
+        kube::Error::Api(s) if s.code == 409 => Ok(()),
+        e => Err(anyhow::anyhow!("creating {what}: {e}")),
+    }
+}
+
+/// The namespace, the PriorityClasses, and one Queue per shard (the first name
+/// `<ns>-s<shard>-<k>` that hashes to it).
+async fn prepare(
+    client: &kube::Client,
+    ns: &str,
+    map: &ShardMap,
+) -> anyhow::Result<BTreeMap<u32, String>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    namespaces
+        .create(&PostParams::default(), &n)
+        .await
+        .map(|_| ())
+        .or_else(exists_ok("the namespace"))?;
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value) in PRIORITIES {
+        let pc: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))?;
+        classes
+            .create(&PostParams::default(), &pc)
+            .await
+            .map(|_| ())
+            .or_else(exists_ok(name))?;
+    }
+    let api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
+    let mut queues = BTreeMap::new();
+    for shard in map.shards() {
+        let name = (0..100_000)
+            .map(|k| format!("{ns}-s{shard}-{k}"))
+            .find(|q| map.shard_of_queue(q) == shard)
+            .ok_or_else(|| anyhow::anyhow!("no queue name hashes to shard {shard}"))?;
+        let q: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": {"weight": 1},
+        }))?;
+        api.create(&PostParams::default(), &q)
+            .await
+            .map(|_| ())
+            .or_else(exists_ok("a Queue"))?;
+        queues.insert(shard, name);
+    }
+    Ok(queues)
+}
+
+/// Polls `f` every 100 ms until it holds, or fails after `deadline` naming `what`.
+pub fn wait_for(
+    deadline: Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    while !f() {
+        anyhow::ensure!(
+            t.elapsed() < deadline,
+            "{what}: not within {} s",
+            deadline.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(t.elapsed())
+}
+
+/// The fleet is whole: every replica ready and every shard owned by exactly one.
+fn whole(fleet: &Fleet) -> bool {
+    fleet.all_ready() && fleet.owners().is_some() && fleet.leader().is_some()
+}
+
+/// A one-pod, one-GPU gang in the queue of each of `shards`, so that each has work
+/// pending when its owner is hit.
+fn probe(ctx: &Ctx, shards: &[u32], n: usize) {
+    for s in shards {
+        let g = GangSpec {
+            name: format!("probe-{n:04}-s{s}"),
+            queue: ctx.queues[s].clone(),
+            pods: 1,
+            gpus: 1,
+            priority: "chaos-high",
+            run_ms: 1000,
+        };
+        // A probe that cannot be created only leaves that shard without a probe.
+        let _ = ctx
+            .rt
+            .block_on(workload::create_gang(&ctx.client, &ctx.ns, &g));
+    }
+}
+
+/// Injects the schedule (or, for a soak, until `until`), each fault on a whole fleet.
+fn inject_all(ctx: &Ctx, fleet: &mut Fleet, config: &RunConfig) -> (Vec<Injected>, Vec<Violation>) {
+    let started = Instant::now();
+    let (mut done, mut errors) = (Vec::new(), Vec::new());
+    for (n, f) in config.schedule.iter().enumerate() {
+        if config.until.is_some_and(|u| started.elapsed() >= u) {
+            break;
+        }
+        match inject_one(ctx, fleet, f, n, config.seed) {
+            Ok(i) => done.push(i),
+            Err(e) => {
+                errors.push(Violation {
+                    invariant: "harness",
+                    t_ms: ctx.clock.now_ms(),
+                    what: format!("{} #{n}: {e:#}", f.kind.name()),
+                });
+                // A fleet that did not come back whole makes every later fault meaningless.
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(f.gap_ms));
+    }
+    (done, errors)
+}
+
+fn inject_one(
+    ctx: &Ctx,
+    fleet: &mut Fleet,
+    f: &Fault,
+    n: usize,
+    seed: u64,
+) -> anyhow::Result<Injected> {
+    wait_for(
+        Duration::from_secs(30),
+        "the fleet whole before the fault",
+        || whole(fleet),
+    )?;
+    let owners = fleet.owners().unwrap_or_default();
+    let victim = faults::pick_victim(fleet, f.kind, seed.wrapping_add(n as u64))?;
+    let shards: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim)
+        .map(|(s, _)| *s)
+        .collect();
+    let start_ms = ctx.clock.now_ms();
+    ctx.clock.emit(Event::FaultStart {
+        fault: f.kind.name().to_string(),
+        detail: f.detail(),
+        victim,
+        shards: shards.clone(),
+    });
+    faults::inject(fleet, victim, f, &mut || probe(ctx, &shards, n))?;
+    let end_ms = ctx.clock.now_ms();
+    ctx.clock.emit(Event::FaultEnd {
+        fault: f.kind.name().to_string(),
+        victim,
+    });
+    wait_for(
+        Duration::from_secs(30),
+        "the fleet whole after the fault",
+        || whole(fleet),
+    )?;
+    Ok(Injected {
+        fault: f.clone(),
+        victim,
+        start_ms,
+        end_ms,
+    })
+}
+
+/// The ledger's placements of the run's namespace.
+async fn ledger_placements(
+    ledger: &LedgerClient,
+    ns: &str,
+) -> anyhow::Result<Vec<LedgerPlacement>> {
+    let read = ledger
+        .read()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the ledger: {e}"))?;
+    let state = read
+        .state
+        .ok_or_else(|| anyhow::anyhow!("the ledger read had no state"))?;
+    let prefix = format!("{ns}/");
+    Ok(state
+        .placements
+        .into_iter()
+        .filter(|(pod, _)| pod.starts_with(&prefix))
+        .map(|(pod, p)| LedgerPlacement {
+            pod,
+            node: p.node,
+            state: match p.state {
+                PlacementState::Reserved { .. } => "reserved",
+                PlacementState::Assumed => "assumed",
+                PlacementState::Bound => "bound",
+            }
+            .to_string(),
+        })
+        .collect())
+}
+
+/// Pod -> node, of the run's namespace, from the API server.
+async fn api_pods(
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|p| {
+            let node = p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty());
+            Some((format!("{ns}/{}", p.metadata.name?), node))
+        })
+        .collect())
+}
+
+/// I3 until it holds or `deadline` passes: the last violations seen (none if it held).
+fn settle_i3(ctx: &Ctx, ledger: &LedgerClient, deadline: Duration) -> Vec<Violation> {
+    let t = Instant::now();
+    loop {
+        let now = ctx.clock.now_ms();
+        let v = ctx.rt.block_on(async {
+            let placed = ledger_placements(ledger, &ctx.ns).await?;
+            let api = api_pods(&ctx.client, &ctx.ns).await?;
+            anyhow::Ok(check_i3(&placed, &api, now))
+        });
+        let v = v.unwrap_or_else(|e| {
+            vec![Violation {
+                invariant: "I3",
+                t_ms: now,
+                what: format!("not checkable: {e:#}"),
+            }]
+        });
+        if v.is_empty() || t.elapsed() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// I3 twice: with the pods as they are, then once they are all deleted (every placement
+/// released).
+fn end_state(ctx: &Ctx, fleet: &Fleet) -> (Vec<Violation>, String) {
+    let ledger = LedgerClient::new(fleet.raft.clone());
+    let mut v = settle_i3(ctx, &ledger, Duration::from_secs(20));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    if let Err(e) = ctx
+        .rt
+        .block_on(pods.delete_collection(&now, &ListParams::default()))
+    {
+        v.push(Violation {
+            invariant: "I3",
+            t_ms: ctx.clock.now_ms(),
+            what: format!("not checkable: deleting the pods: {e}"),
+        });
+    }
+    v.extend(settle_i3(ctx, &ledger, Duration::from_secs(20)));
+    let note = "checked from the ledger (a linearizable read through the Raft leader): \
+        with the workload stopped, every placement of the run's pods belongs to a pod bound \
+        on that node; once all pods are deleted, every placement is released"
+        .to_string();
+    (v, note)
+}
+
+/// The writer task: every record into the history file and kept for the checkers.
+async fn write_history(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
+    mut out: Writer,
+) -> anyhow::Result<Vec<Record>> {
+    let mut all = Vec::new();
+    while let Some(r) = rx.recv().await {
+        out.write(&r)?;
+        all.push(r);
+    }
+    out.flush()?;
+    // Records are stamped when sent; two tasks may send out of order by a few ms.
+    all.sort_by_key(|r| r.t_ms);
+    Ok(all)
+}
+
+/// Runs the whole thing; `history_path` receives the history.
+pub fn run(
+    config: &RunConfig,
+    history_path: &std::path::Path,
+    crds: &std::path::Path,
+) -> anyhow::Result<Outcome> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client = rt.block_on(phalanx_scheduler::cluster::kube::make_client(Some(
+        &config.fleet.kubeconfig,
+    )))?;
+    let api_version = rt
+        .block_on(client.apiserver_version())
+        .map(|v| v.git_version)
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    rt.block_on(crate::testbed::install_crds(&client, crds))?;
+    let map = ShardMap::new(ShardingConfig {
+        shards: config.fleet.shards,
+        ..ShardingConfig::default()
+    })?;
+    let ns = config.fleet.namespace.clone();
+    let queues = rt.block_on(prepare(&client, &ns, &map))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = rt.spawn(write_history(rx, Writer::create(history_path)?));
+    let clock = Clock {
+        t0: Instant::now(),
+        tx,
+    };
+    let ctx = Ctx {
+        rt,
+        client,
+        ns,
+        queues,
+        clock,
+    };
+    let live: Live = Arc::default();
+    let watches = [
+        ctx.rt.spawn(recorder::record_nodes(
+            Api::<Node>::all(ctx.client.clone()),
+            ctx.clock.clone(),
+        )),
+        ctx.rt.spawn(recorder::record_pods(
+            Api::namespaced(ctx.client.clone(), &ctx.ns),
+            ctx.clock.clone(),
+            live.clone(),
+        )),
+        ctx.rt.spawn(recorder::record_groups(
+            ctx.client.clone(),
+            ctx.ns.clone(),
+            map,
+            ctx.clock.clone(),
+        )),
+    ];
+    let mut fleet = Fleet::start(config.fleet.clone(), 3)?;
+    let up = wait_for(
+        Duration::from_secs(90),
+        "3 replicas ready, every shard owned",
+        || whole(&fleet),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(WorkloadStats::default());
+    let gangs = Generator::new(config.seed, ctx.queues.values().cloned().collect());
+    let wl = WorkloadConfig {
+        ns: ctx.ns.clone(),
+        interval_ms: config.interval_ms,
+        max_in_flight: config.max_in_flight,
+        give_up_ms: 20_000,
+    };
+    let work = ctx.rt.spawn(workload::run(
+        ctx.client.clone(),
+        wl,
+        gangs,
+        live,
+        stop.clone(),
+        stats.clone(),
+    ));
+    let (injected, mut harness_errors) = match up {
+        Ok(_) => {
+            std::thread::sleep(Duration::from_millis(config.warmup_ms));
+            inject_all(&ctx, &mut fleet, config)
+        }
+        Err(e) => (
+            Vec::new(),
+            vec![Violation {
+                invariant: "harness",
+                t_ms: ctx.clock.now_ms(),
+                what: format!("{e:#}"),
+            }],
+        ),
+    };
+    stop.store(true, Ordering::SeqCst);
+    if let Err(e) = ctx.rt.block_on(work) {
+        harness_errors.push(Violation {
+            invariant: "harness",
+            t_ms: ctx.clock.now_ms(),
+            what: format!("the workload task: {e}"),
+        });
+    }
+    let (i3, i3_note) = end_state(&ctx, &fleet);
+    // Let the watches deliver the deletions, then close the history.
+    std::thread::sleep(Duration::from_secs(1));
+    for w in watches {
+        w.abort();
+    }
+    let Ctx {
+        rt,
+        clock,
+        client,
+        ns,
+        ..
+    } = ctx;
+    drop(clock);
+    let history = rt.block_on(writer)??;
+    drop(fleet);
+    let namespaces: Api<Namespace> = Api::all(client);
+    let _ = rt.block_on(namespaces.delete(&ns, &DeleteParams::default()));
+    Ok(Outcome {
+        history,
+        injected,
+        harness_errors,
+        i3,
+        i3_note,
+        stats,
+        api_version,
+    })
+}
