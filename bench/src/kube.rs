@@ -136,6 +136,9 @@ fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
             .args(["--kube-qps", &b.kube_qps.to_string()])
             .args(["--kube-burst", &b.kube_burst.to_string()])
             .args(shard_flags(b, ns, &ids, &coord, *id))
+            // All replicas on 127.0.0.1 of one machine, measured for scheduling
+            // throughput; TLS on the ledger is covered by the testbed e2e.
+            .arg("--insecure-plaintext")
             .env(
                 "PHALANX_LOG",
                 std::env::var("PHALANX_LOG").unwrap_or_else(|_| "warn,openraft=error".into()),

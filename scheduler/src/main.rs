@@ -121,6 +121,37 @@ struct ServeArgs {
     /// Volcano's controller runs.
     #[arg(long)]
     job_controller: bool,
+    /// This replica's certificate (PEM, leaf first); its DNS SAN replica-<id>.phalanx
+    /// names the replica (docs/security.md). Re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA that signs every replica's certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Serve and call the ledger and CoordinatorService ports without TLS: anyone who can
+    /// reach them can propose ledger commands. Warned about every minute.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    insecure_plaintext: bool,
+}
+
+/// `--tls-cert/--tls-key/--tls-ca` (all three) or `--insecure-plaintext`.
+fn tls_flags(args: &ServeArgs) -> Result<Option<phalanx_statestore::TlsFiles>, String> {
+    if args.insecure_plaintext {
+        return Ok(None);
+    }
+    let need = |v: &Option<PathBuf>, flag: &str| {
+        v.clone().ok_or_else(|| {
+            format!("{flag} is required: give --tls-cert, --tls-key and --tls-ca, or --insecure-plaintext (docs/security.md)")
+        })
+    };
+    Ok(Some(phalanx_statestore::TlsFiles {
+        cert: need(&args.tls_cert, "--tls-cert")?,
+        key: need(&args.tls_key, "--tls-key")?,
+        ca: need(&args.tls_ca, "--tls-ca")?,
+    }))
 }
 
 #[derive(Args, Debug)]
@@ -270,7 +301,15 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     };
+    let tls = match tls_flags(&args) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let opts = ServeOptions {
+        tls,
         kubeconfig: args.kubeconfig,
         id,
         listen: args.listen,
@@ -305,6 +344,10 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ phalanx_scheduler::serve::ServeError::Tls(_)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

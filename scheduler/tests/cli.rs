@@ -214,7 +214,7 @@ fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
 #[test]
 fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
     let huge = "18446744073709551615";
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["simulate", "--nodes", huge],
             "--nodes 18446744073709551615",
@@ -250,6 +250,33 @@ fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
             "\"a:4294967295\"",
         ),
         (&["serve", "--id", "0"], "--id 0"),
+        // Issue 17: no TLS without saying so; a TLS file is named with its flag.
+        (&["serve", "--id", "1"], "--tls-cert is required"),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--insecure-plaintext",
+                "--tls-ca",
+                "ca.crt",
+            ],
+            "--insecure-plaintext",
+        ),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--tls-cert",
+                "/nonexistent/tls.crt",
+                "--tls-key",
+                "/nonexistent/tls.key",
+                "--tls-ca",
+                "/nonexistent/ca.crt",
+            ],
+            "--tls-cert /nonexistent/tls.crt: cannot read",
+        ),
     ];
     for (args, named) in cases {
         let (code, stdout, stderr) = phalanx(args);

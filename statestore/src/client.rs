@@ -22,6 +22,7 @@ use crate::network::wire::ledger_read::LedgerRead;
 use crate::network::wire::{self, WireError};
 use crate::network::{MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES};
 use crate::raft_types::{LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId};
+use crate::tls::Transport;
 
 /// Client limits.
 #[derive(Debug, Clone)]
@@ -95,6 +96,8 @@ pub struct Committed {
 pub struct LedgerClient {
     replicas: BTreeMap<NodeId, String>,
     config: ClientConfig,
+    /// Plaintext or mutual TLS (each replica must prove its id).
+    transport: Transport,
     /// Leader hint and cached channels; the lock is never held across an `.await`.
     cache: Mutex<ClientCache>,
 }
@@ -125,8 +128,15 @@ impl LedgerClient {
         Self {
             replicas: replicas.into_iter().collect(),
             config,
+            transport: Transport::Plaintext,
             cache: Mutex::new(ClientCache::default()),
         }
+    }
+
+    /// The same client over `transport`.
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, ClientCache> {
@@ -135,16 +145,16 @@ impl LedgerClient {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, String> {
+    fn channel(&self, id: NodeId, addr: &str) -> Result<Channel, String> {
         let mut cache = self.cache();
         if let Some(c) = cache.channels.get(addr) {
             return Ok(c.clone());
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| format!("bad address {addr}: {e}"))?
             .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let ch = self.transport.channel(endpoint, addr, id);
         cache.channels.insert(addr.to_string(), ch.clone());
         Ok(ch)
     }
@@ -165,8 +175,8 @@ impl LedgerClient {
             .map(|(id, a)| (*id, a.clone()))
     }
 
-    fn client(&self, addr: &str) -> Result<LedgerServiceClient<Channel>, String> {
-        Ok(LedgerServiceClient::new(self.channel(addr)?)
+    fn client(&self, id: NodeId, addr: &str) -> Result<LedgerServiceClient<Channel>, String> {
+        Ok(LedgerServiceClient::new(self.channel(id, addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
@@ -183,7 +193,7 @@ impl LedgerClient {
             let Some((id, addr)) = self.target(n) else {
                 return Err(ClientError::NoReplicas);
             };
-            let client = match self.client(&addr) {
+            let client = match self.client(id, &addr) {
                 Ok(c) => c,
                 Err(e) => {
                     last = e;

@@ -16,6 +16,7 @@ pub mod network;
 pub mod raft_types;
 pub mod replica;
 pub mod state_machine;
+pub mod tls;
 
 pub use client::{ClientConfig, ClientError, Committed, LedgerClient};
 pub use cluster::{LocalCluster, start_local_cluster, start_local_cluster_with};
@@ -28,6 +29,7 @@ pub use network::NetworkFaults;
 pub use network::wire::ledger_read::LedgerRead;
 pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
 pub use replica::{
-    ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_with,
-    start_replica_with_clock,
+    ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_over,
+    start_replica_with, start_replica_with_clock,
 };
+pub use tls::{TlsError, TlsFiles, TlsState, Transport};

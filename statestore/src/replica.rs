@@ -25,6 +25,7 @@ use crate::network::{
 };
 use crate::raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::{LedgerReader, LedgerStateMachine};
+use crate::tls::Transport;
 
 /// Tunables of one replica; `validate` turns them into openraft's `Config`.
 #[derive(Debug, Clone)]
@@ -181,13 +182,27 @@ pub async fn start_replica_with(
 }
 
 /// Starts a replica whose transaction-expiry loop reads `clock` (milliseconds, the clock
-/// proposers write `deadline_ms` in).
+/// proposers write `deadline_ms` in), in plaintext.
 pub async fn start_replica_with_clock(
     id: NodeId,
     dir: &Path,
     addr: SocketAddr,
     config: &ReplicaConfig,
     clock: Clock,
+) -> Result<ReplicaHandle, ReplicaError> {
+    start_replica_over(id, dir, addr, config, clock, Transport::Plaintext).await
+}
+
+/// Starts a replica whose Raft and ledger services, and whose calls to its peers, go over
+/// `transport` (under mutual TLS a peer must present a certificate naming the id it
+/// claims; see `tls.rs`).
+pub async fn start_replica_over(
+    id: NodeId,
+    dir: &Path,
+    addr: SocketAddr,
+    config: &ReplicaConfig,
+    clock: Clock,
+    transport: Transport,
 ) -> Result<ReplicaHandle, ReplicaError> {
     let raft_config = Arc::new(config.validate()?);
     let d = dir.to_path_buf();
@@ -203,14 +218,19 @@ pub async fn start_replica_with_clock(
         Duration::from_millis(config.connect_timeout_ms),
         Duration::from_millis(config.rpc_timeout_ms),
     )
-    .with_faults(faults.clone());
+    .with_faults(faults.clone())
+    .with_transport(transport.clone());
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let raft = Raft::new(id, raft_config, network, log.clone(), sm)
         .await
         .map_err(|e| ReplicaError::Raft(e.to_string()))?;
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let raft_svc = RaftServiceServer::new(RaftGrpc::new(raft.clone(), Arc::clone(&isolated)))
+    let mut raft_grpc = RaftGrpc::new(raft.clone(), Arc::clone(&isolated));
+    if transport.is_tls() {
+        raft_grpc = raft_grpc.verifying_sender();
+    }
+    let raft_svc = RaftServiceServer::new(raft_grpc)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let ledger_svc = LedgerServiceServer::new(LedgerGrpc::new(
@@ -220,17 +240,24 @@ pub async fn start_replica_with_clock(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let server = tokio::spawn(
-        Server::builder()
-            .add_service(raft_svc)
-            .add_service(ledger_svc)
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async {
-                    let _ = shutdown_rx.await;
-                },
-            ),
-    );
+    let router = Server::builder()
+        .add_service(raft_svc)
+        .add_service(ledger_svc);
+    let stop = async move {
+        let _ = shutdown_rx.await;
+    };
+    let server = tokio::spawn(async move {
+        match transport {
+            Transport::Plaintext => {
+                let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                router.serve_with_incoming_shutdown(incoming, stop).await
+            }
+            Transport::Tls(state) => {
+                let incoming = crate::tls::incoming(listener, state);
+                router.serve_with_incoming_shutdown(incoming, stop).await
+            }
+        }
+    });
     let expiry = spawn_expiry_loop(
         raft.clone(),
         reader.clone(),

@@ -45,7 +45,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
-use phalanx_statestore::{LedgerClient, ReplicaConfig, start_replica_with};
+use phalanx_statestore::expiry::system_clock;
+use phalanx_statestore::{
+    LedgerClient, ReplicaConfig, TlsFiles, TlsState, Transport, start_replica_over,
+};
 use thiserror::Error;
 
 use crate::cluster::kube::{KubeCluster, KubeOptions, install_crds, install_job_crd, make_client};
@@ -91,6 +94,9 @@ pub struct ServeOptions {
     pub coord_peers: BTreeMap<u64, String>,
     /// Run the Volcano Job controller (`jobs`) while this replica is the Raft leader.
     pub job_controller: bool,
+    /// `--tls-cert/--tls-key/--tls-ca`: mutual TLS on the ledger and the
+    /// CoordinatorService; `None` only with `--insecure-plaintext`.
+    pub tls: Option<TlsFiles>,
 }
 
 /// What `ShardingConfig` says about `--shards` and `--shard-by-label`.
@@ -116,6 +122,36 @@ pub enum ServeError {
     Kube(#[from] crate::cluster::kube::KubeError),
     #[error("--shards / --shard-by-label: {0}")]
     Sharding(#[from] crate::shard::ShardingError),
+    #[error(transparent)]
+    Tls(#[from] phalanx_statestore::TlsError),
+}
+
+/// How often the TLS files are re-read (a Secret update reaches a pod in about a minute).
+const TLS_RELOAD_EVERY: Duration = Duration::from_secs(10);
+/// How often `--insecure-plaintext` says so again.
+const PLAINTEXT_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// The transport `opts.tls` asks for, its files loaded and checked once (an error names
+/// the flag and the path); under TLS a task re-reads them, under plaintext one warns every
+/// minute that nobody is authenticated.
+fn transport(
+    runtime: &tokio::runtime::Runtime,
+    opts: &ServeOptions,
+) -> Result<Transport, ServeError> {
+    let Some(files) = &opts.tls else {
+        runtime.spawn(async {
+            let mut tick = tokio::time::interval(PLAINTEXT_WARNING_EVERY);
+            loop {
+                tick.tick().await;
+                tracing::warn!("--insecure-plaintext: the ledger and CoordinatorService ports accept anyone who can reach them; see docs/security.md");
+            }
+        });
+        return Ok(Transport::Plaintext);
+    };
+    let state = TlsState::load(files.clone())?;
+    let _guard = runtime.enter();
+    state.spawn_reloader(TLS_RELOAD_EVERY);
+    Ok(Transport::Tls(state))
 }
 
 /// Parses `1=127.0.0.1:7001,2=host:7002`.
@@ -209,6 +245,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| start(&e))?;
+    let transport = transport(&runtime, &opts)?;
     let health = Arc::new(http::Health::default());
     if let Some(addr) = opts.http {
         let listener = runtime
@@ -220,11 +257,13 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|e| ServeError::Start(format!("--data-dir {}: {e}", opts.data_dir.display())))?;
     let replica = runtime
-        .block_on(start_replica_with(
+        .block_on(start_replica_over(
             opts.id,
             &opts.data_dir,
             opts.listen,
             &ReplicaConfig::default(),
+            system_clock(),
+            transport.clone(),
         ))
         .map_err(|e| ServeError::Start(format!("ledger replica {}: {e}", opts.id)))?;
     // The lowest id forms the group with every peer (idempotent on restart).
@@ -237,7 +276,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             .block_on(replica.initialize(members))
             .map_err(|e| ServeError::Start(format!("forming the ledger group: {e}")))?;
     }
-    let client = Arc::new(LedgerClient::new(peers.clone()));
+    let client = Arc::new(LedgerClient::new(peers.clone()).with_transport(transport.clone()));
     tracing::info!(id = opts.id, listen = %opts.listen, ?peers, "ledger replica started");
 
     let kube_client = runtime.block_on(make_client(opts.kubeconfig.as_deref()))?;
@@ -301,9 +340,14 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let twophase = match opts.coord_listen {
         None => None,
         Some(addr) => {
-            let tp =
-                twophase::TwoPhase::start(handle.clone(), opts.id, addr, opts.coord_peers.clone())
-                    .map_err(|e| ServeError::Start(format!("--coord-listen {addr}: {e}")))?;
+            let tp = twophase::TwoPhase::start(
+                handle.clone(),
+                opts.id,
+                addr,
+                opts.coord_peers.clone(),
+                transport.clone(),
+            )
+            .map_err(|e| ServeError::Start(format!("--coord-listen {addr}: {e}")))?;
             tracing::info!(addr = %tp.addr(), "serving the CoordinatorService");
             Some(tp)
         }

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use metrics::counter;
 use phalanx_statestore::LedgerState;
 use phalanx_statestore::ledger::{Epoch, LedgerCommand, ReplicaId, ShardId, TxnId};
-use phalanx_statestore::{LedgerResponse, PodPlacement};
+use phalanx_statestore::{LedgerResponse, PodPlacement, Transport};
 use tokio::runtime::Handle;
 
 use super::ledger::ServeLedger;
@@ -86,6 +86,8 @@ pub struct TwoPhase {
     parts: BTreeMap<ShardId, Participant>,
     server: CoordServer,
     peers: BTreeMap<ReplicaId, String>,
+    /// How this replica's service and its calls to the others talk (mutual TLS or not).
+    transport: Transport,
     clients: BTreeMap<ReplicaId, CoordClient>,
     seq: u64,
     /// Gang -> its transaction while it is open (a gang is not started twice).
@@ -119,9 +121,14 @@ impl TwoPhase {
         id: ReplicaId,
         listen: SocketAddr,
         peers: BTreeMap<ReplicaId, String>,
+        transport: Transport,
     ) -> std::io::Result<Self> {
         let coords: SharedCoordinators = Arc::new(Mutex::new(BTreeMap::new()));
-        let server = handle.block_on(CoordServer::start(listen, coords.clone()))?;
+        let server = handle.block_on(CoordServer::start_over(
+            listen,
+            coords.clone(),
+            transport.clone(),
+        ))?;
         Ok(Self {
             handle,
             id,
@@ -129,6 +136,7 @@ impl TwoPhase {
             parts: BTreeMap::new(),
             server,
             peers,
+            transport,
             clients: BTreeMap::new(),
             seq: 0,
             open: BTreeMap::new(),
@@ -536,7 +544,7 @@ impl TwoPhase {
             Some(c) => c.clone(),
             None => {
                 let _guard = self.handle.enter();
-                match CoordClient::connect_lazy_to(&addr) {
+                match CoordClient::connect_lazy_over(&addr, owner.owner, &self.transport) {
                     Ok(c) => {
                         self.clients.insert(owner.owner, c.clone());
                         c

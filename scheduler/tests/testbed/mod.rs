@@ -223,9 +223,93 @@ pub fn peers_flag(raft: &BTreeMap<u64, String>) -> String {
         .join(",")
 }
 
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl CLI runs (the testbed needs it too)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--tls-cert/--tls-key/--tls-ca` for replica `id`: a CA made once in `dir/tls` and a
+/// certificate naming the replica (DNS SAN `replica-<id>.phalanx`, docs/security.md),
+/// made the first time it is asked for (a restarted replica keeps it).
+pub fn tls_flags(dir: &Path, id: u64) -> Vec<String> {
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).expect("tls dir");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    if !tls.join("ca.crt").exists() {
+        let mut args = vec!["req", "-x509"];
+        args.extend(ec);
+        args.extend(["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"]);
+        args.extend(["-subj", "/CN=phalanx-testbed-ca"]);
+        args.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+        args.extend(["-addext", "keyUsage=critical,keyCertSign"]);
+        openssl(&tls, &args);
+    }
+    let name = format!("replica-{id}");
+    if !tls.join(format!("{name}.crt")).exists() {
+        let ext =
+            format!("subjectAltName=DNS:{name}.phalanx\nextendedKeyUsage=serverAuth,clientAuth\n");
+        std::fs::write(tls.join(format!("{name}.ext")), ext).expect("ext file");
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        let subj = format!("/CN={name}");
+        let mut args = vec!["req"];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        openssl(&tls, &args);
+        let ext = format!("{name}.ext");
+        openssl(
+            &tls,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ],
+        );
+    }
+    let path = |f: String| tls.join(f).to_string_lossy().into_owned();
+    vec![
+        "--tls-cert".into(),
+        path(format!("{name}.crt")),
+        "--tls-key".into(),
+        path(format!("{name}.key")),
+        "--tls-ca".into(),
+        path("ca.crt".into()),
+    ]
+}
+
 /// One `phalanx serve` replica `id` listening at `raft[id]` with `--peers` = all of `raft`,
 /// its data in `dir/data-<id>` (kept across restarts), its output appended to
-/// `dir/serve-<id>.log`, a new http port, period 500 ms, and `flags`.
+/// `dir/serve-<id>.log`, a new http port, period 500 ms, mutual TLS ([`tls_flags`]) and
+/// `flags`.
 pub fn start_replica(
     dir: &Path,
     id: u64,
@@ -249,6 +333,7 @@ pub fn start_replica(
         .arg("--kubeconfig")
         .arg(kubeconfig())
         .args(["--period-ms", "500"])
+        .args(tls_flags(dir, id))
         .args(flags)
         .env("PHALANX_LOG", "info,openraft=error")
         .stdout(Stdio::from(out))

@@ -26,6 +26,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::faults::FaultInjector;
 use super::wire::{self, WireError};
 use crate::raft_types::{NodeId, TypeConfig};
+use crate::tls::Transport;
 
 /// Error type of one RPC.
 type RpcErr<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -39,6 +40,8 @@ pub struct PeerNetwork {
     faults: FaultInjector,
     connect_timeout: Duration,
     rpc_timeout: Duration,
+    /// Plaintext or mutual TLS (a peer must prove to be the replica it is called as).
+    transport: Transport,
 }
 
 impl PeerNetwork {
@@ -53,7 +56,14 @@ impl PeerNetwork {
             faults: FaultInjector::new(),
             connect_timeout,
             rpc_timeout,
+            transport: Transport::Plaintext,
         }
+    }
+
+    /// The same, over `transport`.
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
     }
 
     /// The same, with outgoing RPCs subject to `faults` (a test seam, see `faults.rs`).
@@ -118,7 +128,11 @@ impl PeerClient {
             .map_err(|e| unreachable(format!("bad address {}: {e}", self.addr)))?
             .connect_timeout(self.net.connect_timeout)
             .tcp_nodelay(true);
-        let c = RaftServiceClient::new(endpoint.connect_lazy())
+        let channel = self
+            .net
+            .transport
+            .channel(endpoint, &self.addr, self.target);
+        let c = RaftServiceClient::new(channel)
             .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(super::MAX_MESSAGE_BYTES);
         self.client = Some(c.clone());

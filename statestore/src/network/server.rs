@@ -13,6 +13,7 @@ use phalanx_proto::ledger::{
 };
 use phalanx_proto::raft::raft_service_server::RaftService;
 use phalanx_proto::raft::{RaftReply, RaftRequest};
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::{Request, Response, Status};
 
 use super::MAX_PROPOSAL_BYTES;
@@ -44,12 +45,49 @@ fn hint(f: &ForwardToLeader<NodeId, BasicNode>) -> LeaderHint {
 pub struct RaftGrpc {
     raft: Raft,
     isolated: Arc<AtomicBool>,
+    /// Under mutual TLS: refuse an RPC whose claimed sender is not named by the caller's
+    /// certificate (a replica, or anyone holding a certificate of the CA, could otherwise
+    /// vote or append as another replica).
+    verify_sender: bool,
 }
 
 impl RaftGrpc {
     /// Serves `raft`; refuses everything while `isolated` is set.
     pub fn new(raft: Raft, isolated: Arc<AtomicBool>) -> Self {
-        Self { raft, isolated }
+        Self {
+            raft,
+            isolated,
+            verify_sender: false,
+        }
+    }
+
+    /// The same, checking each caller's certificate against the id it claims (TLS only).
+    pub fn verifying_sender(mut self) -> Self {
+        self.verify_sender = true;
+        self
+    }
+
+    /// Refuses `request` unless its certificate names `claimed` (when verifying).
+    fn check_sender<T>(&self, request: &Request<T>, claimed: Option<NodeId>) -> Result<(), Status> {
+        if !self.verify_sender {
+            return Ok(());
+        }
+        // `Request::peer_certs` is compiled only with tonic's own TLS features; tls.rs
+        // serves `tokio_rustls` streams, whose connect info carries the same chain.
+        let certs = request
+            .extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(TlsConnectInfo::peer_certs);
+        let named = claimed.is_some_and(|id| {
+            crate::tls::cert_names_replica(certs.as_deref().map(Vec::as_slice), id)
+        });
+        if named {
+            return Ok(());
+        }
+        Err(Status::permission_denied(format!(
+            "the caller's certificate does not name replica {claimed:?} (expected the DNS SAN {:?})",
+            claimed.map(crate::tls::replica_name).unwrap_or_default()
+        )))
     }
 
     fn check_isolated(&self) -> Result<(), Status> {
@@ -64,6 +102,7 @@ impl std::fmt::Debug for RaftGrpc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RaftGrpc")
             .field("isolated", &self.isolated)
+            .field("verify_sender", &self.verify_sender)
             .finish_non_exhaustive()
     }
 }
@@ -84,6 +123,7 @@ impl RaftService for RaftGrpc {
     ) -> Result<Response<RaftReply>, Status> {
         self.check_isolated()?;
         let req = wire::append_entries::from_wire(request.get_ref()).map_err(bad_request)?;
+        self.check_sender(&request, req.vote.leader_id().voted_for())?;
         let res = self.raft.append_entries(req).await;
         let reply = wire::append_entries::reply_to_wire(&res).map_err(encode_failed)?;
         Ok(Response::new(reply))
@@ -92,6 +132,7 @@ impl RaftService for RaftGrpc {
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         self.check_isolated()?;
         let req = wire::vote::from_wire(request.get_ref()).map_err(bad_request)?;
+        self.check_sender(&request, req.vote.leader_id().voted_for())?;
         let res = self.raft.vote(req).await;
         let reply = wire::vote::reply_to_wire(&res).map_err(encode_failed)?;
         Ok(Response::new(reply))
@@ -103,6 +144,7 @@ impl RaftService for RaftGrpc {
     ) -> Result<Response<RaftReply>, Status> {
         self.check_isolated()?;
         let req = wire::install_snapshot::from_wire(request.get_ref()).map_err(bad_request)?;
+        self.check_sender(&request, req.vote.leader_id().voted_for())?;
         let res = self.raft.install_snapshot(req).await;
         let reply = wire::install_snapshot::reply_to_wire(&res).map_err(encode_failed)?;
         Ok(Response::new(reply))

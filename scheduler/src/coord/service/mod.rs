@@ -34,6 +34,7 @@ use phalanx_proto::coord::coordinator_service_client::CoordinatorServiceClient;
 use phalanx_proto::coord::coordinator_service_server::{
     CoordinatorService, CoordinatorServiceServer,
 };
+use phalanx_statestore::Transport;
 use phalanx_statestore::ledger::ShardId;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -170,6 +171,16 @@ impl CoordServer {
         addr: SocketAddr,
         coordinators: SharedCoordinators,
     ) -> std::io::Result<Self> {
+        Self::start_over(addr, coordinators, Transport::Plaintext).await
+    }
+
+    /// [`start`](Self::start) over `transport`: under mutual TLS a caller without a
+    /// certificate of the CA is refused in the handshake.
+    pub async fn start_over(
+        addr: SocketAddr,
+        coordinators: SharedCoordinators,
+        transport: Transport,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let inbox = Arc::new(Inbox {
@@ -183,16 +194,22 @@ impl CoordServer {
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(
-            Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    async {
-                        let _ = rx.await;
-                    },
-                ),
-        );
+        let router = Server::builder().add_service(service);
+        let stop = async move {
+            let _ = rx.await;
+        };
+        let task = tokio::spawn(async move {
+            match transport {
+                Transport::Plaintext => {
+                    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+                Transport::Tls(state) => {
+                    let incoming = phalanx_statestore::tls::incoming(listener, state);
+                    router.serve_with_incoming_shutdown(incoming, stop).await
+                }
+            }
+        });
         Ok(Self {
             addr,
             inbox,
@@ -297,6 +314,16 @@ impl CoordClient {
     /// [`connect_lazy`](Self::connect_lazy) to `host:port`; a name is resolved at each
     /// connection, so a peer that comes back at a new address (a rescheduled pod) is found.
     pub fn connect_lazy_to(target: &str) -> Result<Self, ClientError> {
+        Self::connect_lazy_over(target, 0, &Transport::Plaintext)
+    }
+
+    /// [`connect_lazy_to`](Self::connect_lazy_to) over `transport`; under mutual TLS the
+    /// receiver must present a certificate naming replica `server_id`.
+    pub fn connect_lazy_over(
+        target: &str,
+        server_id: u64,
+        transport: &Transport,
+    ) -> Result<Self, ClientError> {
         let endpoint = Endpoint::from_shared(format!("http://{target}"))
             .map_err(|e| ClientError::BadAddress {
                 addr: target.to_string(),
@@ -306,7 +333,7 @@ impl CoordClient {
             .timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true);
         Ok(Self {
-            inner: CoordinatorServiceClient::new(endpoint.connect_lazy())
+            inner: CoordinatorServiceClient::new(transport.channel(endpoint, target, server_id))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         })
