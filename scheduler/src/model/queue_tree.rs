@@ -94,8 +94,8 @@ impl QueueTree {
         }
         let mut children = vec![Vec::new(); queues.len()];
         let mut top = Vec::new();
-        for i in 0..queues.len() {
-            match parent[i] {
+        for (i, p) in parent.iter().enumerate() {
+            match *p {
                 Some(p) => children[p].push(i),
                 None if root != Some(i) => top.push(i),
                 None => {}
