@@ -223,6 +223,9 @@ fn make_room(
     if mode == Mode::Reclaim && !queue_can_take(session, job, queue, &tasks, deserved) {
         return false;
     }
+    if mode == Mode::Reclaim && !queue_preemptive(session, job, queue, &tasks) {
+        return false;
+    }
     let key = (
         queue,
         if mode == Mode::Preempt {
@@ -237,6 +240,19 @@ fn make_room(
     // fits there stays pipelined in the statement while victims are sought for the rest.
     let mut statement = Statement::new();
     if idle_room_may_fit(session, mode) && place(session, &mut statement, job, &tasks, None) {
+        if mode == Mode::Reclaim {
+            // Reclaim makes room only where victims are (as Volcano's, which looks only at
+            // nodes holding reclaimees): a gang that fits the idle room is allocate's.
+            // Pipelining it here would hold that room and, with reclaim listed before
+            // allocate, keep allocate from ever binding it.
+            statement.discard(session);
+            note(
+                session,
+                job,
+                "reclaim: the gang fits the idle room; evicting no one (allocate places it)".into(),
+            );
+            return true;
+        }
         record(session, job, &statement, mode);
         statement.commit(session);
         return true;
@@ -382,6 +398,28 @@ fn queue_can_take(
     let message = format!(
         "reclaim: queue {name} would exceed its deserved share ({}) with the gang's {need}; allocated {}",
         deserved.restricted_to(&need),
+        state.queues[queue].allocated.restricted_to(&need)
+    );
+    note(session, job, message);
+    false
+}
+
+/// The plugins let the queue reclaim for the gang's missing members (`capacity`: it stays
+/// within its real capability and, on some resource they ask for, within its deserved
+/// amount).
+fn queue_preemptive(session: &mut Session, job: JobId, queue: QueueId, tasks: &[TaskId]) -> bool {
+    let state = &session.state;
+    let missing = missing_members(session, job) as usize;
+    let mut need = Resources::new();
+    for &t in tasks.iter().take(missing.max(1)) {
+        need.add(state.tasks[t].resreq());
+    }
+    if session.plugins.preemptive(state, queue, &need) {
+        return true;
+    }
+    let name = state.queues[queue].queue.name.clone();
+    let message = format!(
+        "reclaim: queue {name} may not reclaim for {need}: it would pass its capability, or its deserved amount on every resource asked for (allocated {})",
         state.queues[queue].allocated.restricted_to(&need)
     );
     note(session, job, message);

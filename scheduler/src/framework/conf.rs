@@ -14,6 +14,7 @@ pub const KNOWN_PLUGINS: &[&str] = &[
     "drf",
     "predicates",
     "proportion",
+    "capacity",
     "nodeorder",
     "binpack",
     "overcommit",

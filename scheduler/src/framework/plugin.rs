@@ -104,6 +104,17 @@ pub trait Plugin: std::fmt::Debug + Send {
         None
     }
 
+    /// May `queue` reclaim at all, for a gang whose missing members need `need` (Volcano's
+    /// `PreemptiveFn`)? `None` abstains.
+    fn preemptive(
+        &self,
+        _state: &SessionState,
+        _queue: QueueId,
+        _need: &crate::model::Resources,
+    ) -> Option<bool> {
+        None
+    }
+
     /// Could any pod of `queue` be reclaimed in the rest of this session, given that the
     /// queue's usage can only fall (its jobs are not placed by this session)? `Some(false)`
     /// lets a replica skip lending that queue's gangs as victims. `None` abstains.

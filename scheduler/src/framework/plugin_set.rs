@@ -11,7 +11,7 @@
 //! | job pipelined, enqueueable | per tier: any Reject refuses; else any Permit accepts; else next tier; default accept |
 //! | job starving | the first tier with an enabled plugin decides; all of that tier must agree |
 //! | overused | any plugin saying overused decides |
-//! | victim allowed, preemptable, reclaimable | every enabled plugin must agree |
+//! | victim allowed, preemptable, reclaimable, preemptive | every enabled plugin must agree |
 
 use std::cmp::Ordering;
 
@@ -19,6 +19,7 @@ use crate::framework::conf::{HookFlags, SchedulerConf};
 use crate::framework::fit::Unfit;
 use crate::framework::plugin::{Invalid, Plugin, Vote};
 use crate::framework::session::{JobId, NodeId, QueueId, SessionState, TaskId};
+use crate::model::Resources;
 use crate::plugins;
 
 #[derive(Debug)]
@@ -47,7 +48,7 @@ impl PluginSet {
                 tier.plugins
                     .iter()
                     .filter_map(|opt| {
-                        plugins::build(&opt.name, &opt.arguments).map(|plugin| Entry {
+                        plugins::build(opt).map(|plugin| Entry {
                             plugin,
                             hooks: opt.hooks,
                         })
@@ -240,6 +241,14 @@ impl PluginSet {
         self.entries()
             .filter(|e| on(e.hooks.overused))
             .any(|e| e.plugin.overused(state, queue) == Some(true))
+    }
+
+    /// May `queue` reclaim at all for a gang needing `need`? Every plugin with
+    /// `enablePreemptive` on must not refuse.
+    pub fn preemptive(&self, state: &SessionState, queue: QueueId, need: &Resources) -> bool {
+        self.entries()
+            .filter(|e| on(e.hooks.preemptive))
+            .all(|e| e.plugin.preemptive(state, queue, need) != Some(false))
     }
 
     /// Every plugin with `enablePreemptable` on must not refuse.

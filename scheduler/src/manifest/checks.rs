@@ -34,6 +34,30 @@ pub(crate) fn check_sums_fit(loader: &Loader<'_>) -> Result<(), ManifestError> {
     running_sums(loader, pods, "requested")
 }
 
+/// `spec.parent` links form a tree under `root` and no queue's children guarantee more
+/// than it does; the error names the queue, the field and the value.
+pub(crate) fn check_queue_hierarchy(loader: &Loader<'_>) -> Result<(), ManifestError> {
+    let queues = &loader.out.queues;
+    let result = crate::model::queue_tree::QueueTree::build(queues)
+        .and_then(|tree| tree.check_guarantees(queues));
+    let Err(e) = result else {
+        return Ok(());
+    };
+    let origin = loader
+        .origins
+        .get(&("Queue", e.queue.clone()))
+        .cloned()
+        .unwrap_or_else(|| Origin {
+            at: Default::default(),
+            object: format!("Queue {}", e.queue),
+        });
+    let problem = Problem::Field(FieldError::new(
+        e.field.clone(),
+        format!("{:?}: {}", e.value, e.problem),
+    ));
+    Err(ManifestError::new(origin.at, Some(origin.object), problem))
+}
+
 fn running_sums<'a>(
     loader: &Loader<'_>,
     items: impl Iterator<Item = ((&'static str, String), &'a Resources, i64)>,

@@ -443,6 +443,7 @@ impl<'o> Loader<'o> {
             self.out.queues.insert(0, Queue::new(DEFAULT_QUEUE));
         }
         super::checks::check_sums_fit(&self)?;
+        super::checks::check_queue_hierarchy(&self)?;
         super::checks::check_pods_per_gang(&self)?;
         self.fill_job_min_resources();
         super::checks::warn_about_references(&mut self.out, &self.origins);

@@ -143,6 +143,7 @@ pub fn parse_scheduler_conf(
             .extend(arguments);
     }
     check_gang_is_on(&tiers, &mut notes)?;
+    check_one_queue_policy(&tiers)?;
     Ok((
         SchedulerConf {
             actions,
@@ -268,6 +269,35 @@ fn parse_tier(t: usize, raw: RawTier, notes: &mut Notes) -> Result<Tier, ConfErr
         }
     }
     Ok(Tier { plugins })
+}
+
+/// `capacity` and `proportion` are two policies for the same decisions (queue order,
+/// allocatable, reclaim); Volcano documents that they cannot be used together (its code
+/// would run both and apply the stricter answer of each hook), so naming both is an error
+/// at the second one.
+fn check_one_queue_policy(tiers: &[Tier]) -> Result<(), ConfError> {
+    let mut first: Option<(usize, usize, &str)> = None;
+    for (t, tier) in tiers.iter().enumerate() {
+        for (p, plugin) in tier.plugins.iter().enumerate() {
+            let name = plugin.name.as_str();
+            if name != "capacity" && name != "proportion" {
+                continue;
+            }
+            match first {
+                Some((ft, fp, other)) if other != name => {
+                    return Err(ConfError::Field(FieldError::new(
+                        format!("tiers[{t}].plugins[{p}].name"),
+                        format!(
+                            "{name:?}: `capacity` and `proportion` cannot both be enabled (tiers[{ft}].plugins[{fp}] is `{other}`); keep one"
+                        ),
+                    )));
+                }
+                Some(_) => {}
+                None => first = Some((t, p, name)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Without the `gang` plugin nothing holds a PodGroup's pods together: said loudly (an
@@ -518,6 +548,20 @@ mod tests {
             .map(|p| p.name.as_str())
             .collect();
         assert_eq!(third, vec!["overcommit"]);
+    }
+
+    #[test]
+    fn capacity_and_proportion_together_are_refused_naming_the_second_entry() {
+        let text = "actions: \"enqueue, allocate, reclaim\"\ntiers:\n- plugins:\n  - name: gang\n  - name: proportion\n- plugins:\n  - name: capacity\n";
+        let err = parse_scheduler_conf(text, false).unwrap_err().to_string();
+        assert!(err.contains("tiers[1].plugins[0].name"), "{err}");
+        assert!(
+            err.contains("tiers[0].plugins[1]") && err.contains("proportion"),
+            "{err}"
+        );
+        let alone = text.replace("  - name: proportion\n", "");
+        let (conf, _) = parse_scheduler_conf(&alone, false).expect("capacity alone is fine");
+        assert_eq!(conf.tiers[1].plugins[0].name, "capacity");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod pod_group;
 pub mod priority_class;
 pub mod quantity;
 pub mod queue;
+pub mod queue_tree;
 pub mod resources;
 pub mod selector;
 

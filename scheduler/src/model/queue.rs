@@ -15,6 +15,9 @@ pub struct Queue {
     pub guarantee: Resources,
     pub reclaimable: bool,
     pub priority: i32,
+    /// `spec.parent`: the queue above this one in a hierarchy (`None`: directly under
+    /// `root`). Only the `capacity` plugin with `enableHierarchy: true` reads it.
+    pub parent: Option<String>,
     pub state: QueueState,
     pub creation_index: u64,
 }
@@ -29,11 +32,16 @@ impl Queue {
             guarantee: Resources::new(),
             reclaimable: true,
             priority: 0,
+            parent: None,
             state: QueueState::Open,
             creation_index: 0,
         }
     }
 }
+
+/// The top of a queue hierarchy: every queue without `spec.parent` is its child. A
+/// workload need not declare it (Volcano's controller creates it).
+pub const ROOT_QUEUE: &str = "root";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QueueState {

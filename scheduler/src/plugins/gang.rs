@@ -147,9 +147,15 @@ impl Plugin for GangPlugin {
         Some(keeps_gangs_whole(state, victims))
     }
 
+    /// Not-ready jobs first (false < true); among them, a gang that already holds pods
+    /// but is below its minimum first: it holds them for nothing until it is whole, and a
+    /// fresh job ordered before it (drf puts the smallest share first) can take its room
+    /// for good (volcano#5805).
     fn job_order(&self, state: &SessionState, a: JobId, b: JobId) -> Ordering {
-        // false < true: not-ready jobs first.
-        is_ready(state, a).cmp(&is_ready(state, b))
+        let stranded = |j: JobId| !is_ready(state, j) && state.jobs[j].ready_count > 0;
+        is_ready(state, a)
+            .cmp(&is_ready(state, b))
+            .then_with(|| stranded(b).cmp(&stranded(a)))
     }
 }
 

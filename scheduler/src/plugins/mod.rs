@@ -2,9 +2,10 @@
 //! a plugin. Each plugin lives in its own file and implements only the hooks it decides.
 
 use crate::framework::Plugin;
-use crate::framework::conf::Arguments;
+use crate::framework::conf::PluginOption;
 
 pub mod binpack;
+pub mod capacity;
 pub mod conformance;
 pub mod drf;
 pub mod gang;
@@ -14,16 +15,21 @@ pub mod predicates;
 pub mod priority;
 pub mod proportion;
 
-/// The plugin registered under `name`, configured with `arguments`; `None` for an unknown
-/// name (the configuration validator has already warned about it).
-pub fn build(name: &str, arguments: &Arguments) -> Option<Box<dyn Plugin>> {
-    Some(match name {
+/// The plugin a tier's entry names, configured with its arguments (and, for `capacity`,
+/// `enableHierarchy`); `None` for an unknown name (the configuration validator has already
+/// warned about it).
+pub fn build(option: &PluginOption) -> Option<Box<dyn Plugin>> {
+    let arguments = &option.arguments;
+    Some(match option.name.as_str() {
         "priority" => Box::new(priority::PriorityPlugin),
         "gang" => Box::new(gang::GangPlugin),
         "conformance" => Box::new(conformance::ConformancePlugin),
         "drf" => Box::new(drf::DrfPlugin::default()),
         "predicates" => Box::new(predicates::PredicatesPlugin),
         "proportion" => Box::new(proportion::ProportionPlugin::default()),
+        "capacity" => Box::new(capacity::CapacityPlugin::new(
+            option.hooks.hierarchy == Some(true),
+        )),
         "nodeorder" => Box::new(nodeorder::NodeOrderPlugin::new(arguments)),
         "binpack" => Box::new(binpack::BinpackPlugin::new(arguments)),
         "overcommit" => Box::new(overcommit::OvercommitPlugin::new(arguments)),

@@ -40,7 +40,7 @@ pub struct QueueSpec {
     /// The queue's type.
     #[serde(rename = "type")]
     pub queue_type: Option<String>,
-    /// The parent queue in a hierarchy (read; phalanx's queues are all top-level).
+    /// The parent queue in a hierarchy (`root` when absent); read by the `capacity` plugin with `enableHierarchy`.
     pub parent: Option<String>,
     /// The resources the queue is entitled to; what it uses beyond them can be reclaimed.
     #[schemars(schema_with = "resource_list_schema")]
@@ -179,13 +179,9 @@ pub fn queue_from_volcano(
             .ok_or_else(|| FieldError::not_one_of("status.state", text, "queue state", STATES))?,
     };
     check_bounds(&out)?;
-    if spec
+    out.parent = spec
         .parent
-        .as_deref()
-        .is_some_and(|p| !p.is_empty() && p != "root")
-    {
-        warnings.push("spec.parent is read but phalanx has no hierarchical queues; the queue is a top-level one".into());
-    }
+        .filter(|p| !p.is_empty() && p != crate::model::queue::ROOT_QUEUE);
     if spec.affinity.is_some() || spec.extend_clusters.is_some() {
         warnings.push(
             "spec.affinity / spec.extendClusters are read but phalanx does not act on them".into(),
