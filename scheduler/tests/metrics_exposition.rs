@@ -291,3 +291,69 @@ fn promtool_accepts_the_exposition() {
     let (ok, _) = check(&twice, "--lint=none --extended");
     assert!(!ok, "promtool must refuse a family declared twice");
 }
+
+/// The metric names a PromQL expression reads: identifiers followed by `{`, `[`, `)` or
+/// a space that start with `phalanx_`, less a histogram's `_bucket`/`_sum`/`_count`.
+fn metrics_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("phalanx_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+fn exported(metric: &str) -> bool {
+    let known = |m: &str| name::ALL.iter().any(|(n, _, _)| *n == m);
+    known(metric)
+        || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+            metric.strip_suffix(suffix).is_some_and(|base| {
+                name::ALL
+                    .iter()
+                    .any(|(n, k, _)| *n == base && *k == observe::Kind::Histogram)
+            })
+        })
+}
+
+fn dashboard_metrics(json: &str) -> Vec<String> {
+    let dash: serde_json::Value = serde_json::from_str(json).expect("the dashboard is JSON");
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty(), "the dashboard has panels");
+    let mut out = Vec::new();
+    for panel in panels {
+        let targets = panel["targets"]
+            .as_array()
+            .expect("every panel has targets");
+        for t in targets {
+            let expr = t["expr"].as_str().expect("every target has a PromQL expr");
+            let names = metrics_in(expr);
+            assert!(
+                !names.is_empty(),
+                "panel {:?} reads no phalanx metric: {expr}",
+                panel["title"]
+            );
+            out.extend(names);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_metric_the_dashboard_queries_is_one_phalanx_exports() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/phalanx.json");
+    let json = std::fs::read_to_string(&path).expect("deploy/grafana/phalanx.json exists");
+    for metric in dashboard_metrics(&json) {
+        assert!(
+            exported(&metric),
+            "the dashboard queries {metric}, which phalanx does not export"
+        );
+    }
+    // A planted unknown name is caught.
+    let planted = json.replace("phalanx_raft_term", "phalanx_raft_terms");
+    assert!(dashboard_metrics(&planted).iter().any(|m| !exported(m)));
+}
