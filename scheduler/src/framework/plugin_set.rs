@@ -349,6 +349,7 @@ mod tests {
 
     fn tiers(tiers: Vec<Vec<Fake>>) -> PluginSet {
         PluginSet {
+            open_times: Vec::new(),
             tiers: tiers
                 .into_iter()
                 .map(|t| {
