@@ -17,6 +17,7 @@ pub mod invariants;
 pub mod ledger;
 pub mod manifest;
 pub mod model;
+pub mod observe;
 pub mod plugins;
 pub mod serve;
 pub mod shard;

@@ -66,8 +66,11 @@ pub fn run_cycle_owning_all(
 }
 
 fn run_session(mut session: Session) -> (CyclePlan, Session) {
+    session.timings.plugins_open = std::mem::take(&mut session.plugins.open_times);
     for action in session.conf.actions.clone() {
+        let started = std::time::Instant::now();
         actions::run(&action, &mut session);
+        session.timings.actions.push((action, started.elapsed()));
     }
     close(&mut session);
     (std::mem::take(&mut session.plan), session)

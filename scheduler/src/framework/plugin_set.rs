@@ -31,6 +31,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct PluginSet {
     tiers: Vec<Vec<Entry>>,
+    /// How long each plugin's `on_session_open` took, in order (for the metrics).
+    pub open_times: Vec<(&'static str, std::time::Duration)>,
 }
 
 fn on(flag: Option<bool>) -> bool {
@@ -56,7 +58,10 @@ impl PluginSet {
                     .collect()
             })
             .collect();
-        Self { tiers }
+        Self {
+            tiers,
+            open_times: Vec::new(),
+        }
     }
 
     /// Names of the active plugins, tier by tier.
@@ -80,9 +85,13 @@ impl PluginSet {
     }
 
     pub fn on_session_open(&mut self, state: &SessionState) {
+        let mut times = Vec::new();
         for e in self.entries_mut() {
+            let started = std::time::Instant::now();
             e.plugin.on_session_open(state);
+            times.push((e.plugin.name(), started.elapsed()));
         }
+        self.open_times = times;
     }
 
     pub fn on_jobs_added(&mut self, state: &SessionState) {
@@ -349,6 +358,7 @@ mod tests {
 
     fn tiers(tiers: Vec<Vec<Fake>>) -> PluginSet {
         PluginSet {
+            open_times: Vec::new(),
             tiers: tiers
                 .into_iter()
                 .map(|t| {

@@ -392,6 +392,8 @@ pub struct Session {
     pub admission_decided: bool,
     /// Other shards' running gangs were lent for `reclaim` ([`Self::lend_other_shards_holders`]).
     pub(crate) lent_holders: bool,
+    /// How long the cycle's actions and plugins took (for the metrics).
+    pub timings: crate::observe::CycleTimings,
 }
 
 impl Session {
@@ -436,6 +438,7 @@ impl Session {
             view: None,
             admission_decided: false,
             lent_holders: false,
+            timings: Default::default(),
         };
         session.plan.events = events;
         session.plugins.on_session_open(&session.state);

@@ -273,6 +273,7 @@ impl RoundView {
             view: Some(Arc::clone(self)),
             admission_decided: true,
             lent_holders: false,
+            timings: Default::default(),
         };
         session.plugins.on_session_open(&session.state);
         session
@@ -310,6 +311,7 @@ impl RoundView {
             view: None,
             admission_decided: true,
             lent_holders: false,
+            timings: Default::default(),
         };
         session.plugins.on_session_open(&session.state);
         session

@@ -20,9 +20,13 @@ use tokio::sync::Semaphore;
 /// two failures are an election or a lost answer, retried next period.
 pub const MAX_TAKE_FAILURES: u32 = 3;
 
-/// What `/readyz` reports; written by the scheduling loop.
+/// What `/readyz` reports, and the part of `/metrics` the recorder does not hold; written
+/// by the scheduling loop.
 #[derive(Debug, Default)]
 pub struct Health {
+    /// The last cycle's per-object gauges ([`crate::observe::StateSeries::render`]),
+    /// replaced whole each cycle so deleted objects' series disappear.
+    pub cycle_gauges: std::sync::Mutex<String>,
     pub caches_synced: AtomicBool,
     pub ledger_has_leader: AtomicBool,
     /// Consecutive periods in which this replica led but its leader duties failed (0 once
@@ -216,11 +220,16 @@ fn respond(
             let (code, body) = readyz(health);
             (code, TEXT, body)
         }
-        "/metrics" => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
-        ),
+        "/metrics" => {
+            let mut body = metrics.render();
+            body.push_str(
+                &health
+                    .cycle_gauges
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+        }
         _ => ("404 Not Found", TEXT, "not found\n".into()),
     }
 }

@@ -192,40 +192,8 @@ pub fn parse_coord_peers(text: &str) -> Result<BTreeMap<u64, String>, ServeError
     })
 }
 
-/// Metric names (Prometheus), in one place.
-pub mod metric {
-    pub const CYCLES: &str = "phalanx_cycles_total";
-    pub const CYCLE_SECONDS: &str = "phalanx_cycle_duration_seconds";
-    pub const PODS_BOUND: &str = "phalanx_pods_bound_total";
-    pub const BIND_FAILURES: &str = "phalanx_bind_failures_total";
-    pub const LEDGER_REFUSALS: &str = "phalanx_ledger_refusals_total";
-    pub const LEDGER_ERRORS: &str = "phalanx_ledger_errors_total";
-    pub const IS_LEADER: &str = "phalanx_is_leader";
-    /// Per owned shard (label `shard`): its epoch; 0 once the shard is lost.
-    pub const OWNED_EPOCH: &str = "phalanx_shard_epoch";
-    pub const OWNED_SHARDS: &str = "phalanx_owned_shards";
-    /// Per shard (label `shard`), on the leader: the owner's replica id (0: none).
-    pub const SHARD_OWNER: &str = "phalanx_shard_owner";
-    /// Shard moves the leader proposed.
-    pub const SHARD_MOVES: &str = "phalanx_shard_moves_total";
-    pub const LEASE_RENEWALS: &str = "phalanx_lease_renewals_total";
-    pub const LEASE_RENEW_FAILURES: &str = "phalanx_lease_renew_failures_total";
-    /// Gangs planned over pools this replica does not own alone (left pending).
-    pub const GANGS_KEPT_BACK: &str = "phalanx_gangs_kept_back_total";
-    /// Cross-shard transactions ended, by `outcome` (committed, aborted, rejected,
-    /// unfinished).
-    pub const TXNS: &str = "phalanx_2pc_transactions_total";
-    pub const TXNS_STARTED: &str = "phalanx_2pc_transactions_started_total";
-    /// 2PC messages sent to other replicas, by `result` (sent, refused).
-    pub const COORD_MESSAGES: &str = "phalanx_2pc_messages_total";
-    pub const PENDING_JOBS: &str = "phalanx_pending_jobs";
-    /// Voters and learners of the ledger group, as this replica applied it.
-    pub const RAFT_VOTERS: &str = "phalanx_raft_voters";
-    pub const RAFT_LEARNERS: &str = "phalanx_raft_learners";
-    /// Membership steps the leader took, by `step` (add_learner, set_voters,
-    /// remove_learners).
-    pub const MEMBERSHIP_CHANGES: &str = "phalanx_membership_changes_total";
-}
+/// Metric names (Prometheus), in one place: [`crate::observe::name`].
+pub use crate::observe::name as metric;
 
 /// Runs one replica until SIGTERM or SIGINT (then stops its ledger replica and returns
 /// `Ok`), or fails to start.
@@ -242,9 +210,10 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         .build()
         .map_err(|e| start(&e))?;
     let handle = runtime.handle().clone();
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| start(&e))?;
+    let recorder = crate::observe::recorder().map_err(|e| start(&e))?;
+    let prometheus = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| start(&e))?;
+    crate::observe::describe();
     let transport = transport(&runtime, &opts)?;
     let health = Arc::new(http::Health::default());
     if let Some(addr) = opts.http {
@@ -360,6 +329,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let ledger = ServeLedger::new(handle, client, SINGLE_SHARD, 0);
     let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone(), twophase);
     let period = Duration::from_millis(opts.period_ms.max(10));
+    let mut last_leader = None;
     while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();
         let metrics = replica.metrics();
@@ -368,6 +338,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             .store(metrics.current_leader.is_some(), Ordering::Relaxed);
         let leader = metrics.current_leader == Some(opts.id);
         gauge!(metric::IS_LEADER).set(if leader { 1.0 } else { 0.0 });
+        record_raft(&metrics, &mut last_leader);
         let membership = metrics.membership_config.membership();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         gauge!(metric::RAFT_VOTERS).set(voters.len() as f64);
@@ -388,6 +359,24 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     runtime
         .block_on(replica.shutdown())
         .map_err(|e| ServeError::Stop(format!("ledger replica {}: {e}", opts.id)))
+}
+
+/// The ledger replica's Raft figures, and a leader change when the leader it sees differs
+/// from the one it saw last period (no leader counts as a change, so elections show).
+fn record_raft(
+    metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>,
+    last_leader: &mut Option<Option<u64>>,
+) {
+    gauge!(metric::RAFT_TERM).set(metrics.current_term as f64);
+    let stored = metrics.last_log_index.unwrap_or(0);
+    let applied = metrics.last_applied.map_or(0, |l| l.index);
+    gauge!(metric::RAFT_LOG_INDEX).set(stored as f64);
+    gauge!(metric::RAFT_APPLY_INDEX).set(applied as f64);
+    gauge!(metric::RAFT_APPLY_LAG).set(stored.saturating_sub(applied) as f64);
+    if last_leader.is_some_and(|l| l != metrics.current_leader) {
+        counter!(metric::RAFT_LEADER_CHANGES).increment(1);
+    }
+    *last_leader = Some(metrics.current_leader);
 }
 
 /// One step of bringing the Raft voters to `desired` (`membership::next_step`), taken by

@@ -223,6 +223,8 @@ impl ShardedReplica {
             tp.follow(&self.owned, &state);
         }
         if self.owned.is_empty() {
+            // Another replica reports these gangs now; stale series would say otherwise.
+            self.set_cycle_gauges(String::new());
             return Ok(());
         }
         let owned = self.owned.clone();
@@ -269,6 +271,8 @@ impl ShardedReplica {
             .filter(|j| session.in_scope(*j) && session.state.pending_tasks(*j).count() > 0)
             .count();
         gauge!(metric::PENDING_JOBS).set(pending as f64);
+        crate::observe::record_cycle(&session, &plan);
+        self.set_cycle_gauges(crate::observe::state_series(&session, &plan).render());
         for eviction in &plan.evictions {
             if let Err(e) = cluster.evict(&eviction.pod, &eviction.reason) {
                 tracing::warn!(pod = %eviction.pod, error = %e, "eviction failed");
@@ -277,14 +281,27 @@ impl ShardedReplica {
         let state = self.ledger.read_state()?;
         let (accepted, kept_back) = self.commit(&plan.gangs, &state, &snapshot);
         let bound = self.bind(cluster, &accepted);
+        crate::observe::cycle::record_gang_scheduled(
+            &session,
+            accepted.iter().map(|(_, g)| &g.gang),
+        );
         self.pump_2pc(cluster, &snapshot, &state);
         self.report(cluster, &snapshot, &plan, &accepted, &kept_back);
         counter!(metric::CYCLES).increment(1);
         histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
+        crate::observe::cycle::record_e2e(started.elapsed());
         if bound > 0 {
             tracing::info!(pods = bound, gangs = accepted.len(), shards = ?owned.keys().collect::<Vec<_>>(), cycle_ms = started.elapsed().as_millis() as u64, "bound");
         }
         Ok(())
+    }
+
+    fn set_cycle_gauges(&self, text: String) {
+        *self
+            .health
+            .cycle_gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = text;
     }
 
     /// Runs the 2PC state machines of the owned shards (when enabled) on the messages
@@ -377,10 +394,16 @@ impl ShardedReplica {
             match PlacementLedger::commit(self.ledger.at(fence), &batch) {
                 Ok(verdicts) => {
                     for (gang, verdict) in gangs.into_iter().zip(verdicts) {
+                        let result = match &verdict {
+                            Verdict::Accepted => "accepted",
+                            Verdict::Refused(_) => "refused",
+                            Verdict::InDoubt(_) => "in_doubt",
+                        };
+                        counter!(metric::LEDGER_PROPOSALS, "result" => result).increment(1);
                         match verdict {
                             Verdict::Accepted => accepted.push((fence, gang)),
                             Verdict::Refused(why) | Verdict::InDoubt(why) => {
-                                counter!(metric::LEDGER_REFUSALS).increment(1);
+                                counter!(metric::LEDGER_REFUSALS, "reason" => result).increment(1);
                                 tracing::info!(gang = %gang.gang, reason = %why, "the ledger did not accept the gang");
                             }
                         }
@@ -388,6 +411,11 @@ impl ShardedReplica {
                 }
                 Err(e) => {
                     counter!(metric::LEDGER_ERRORS).increment(1);
+                    counter!(metric::LEDGER_PROPOSALS, "result" => "error")
+                        .increment(gangs.len() as u64);
+                    crate::observe::cycle::record_errors(
+                        gangs.iter().map(|g| g.placements.len()).sum(),
+                    );
                     tracing::warn!(shard = fence.shard, error = %e, "commit failed");
                     self.drop_if_fenced(&e);
                 }
@@ -413,11 +441,17 @@ impl ShardedReplica {
             .collect();
         let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
         let mut failed: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
-        for ((fence, pod, node), outcome) in binds.iter().zip(cluster.bind_all(&requests)) {
+        let binding = Instant::now();
+        let outcomes = cluster.bind_all(&requests);
+        if !requests.is_empty() {
+            histogram!(metric::BIND_LATENCY).record(binding.elapsed().as_secs_f64() * 1000.0);
+        }
+        for ((fence, pod, node), outcome) in binds.iter().zip(outcomes) {
             match outcome {
                 Ok(()) => bound.entry(*fence).or_default().push(pod.clone()),
                 Err(e) => {
                     counter!(metric::BIND_FAILURES).increment(1);
+                    crate::observe::cycle::record_errors(1);
                     tracing::warn!(pod = %pod, node = %node, error = %e, "bind failed; releasing its placement");
                     failed.entry(*fence).or_default().push(pod.clone());
                 }

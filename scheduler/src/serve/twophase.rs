@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use metrics::counter;
+use metrics::{counter, histogram};
 use phalanx_statestore::LedgerState;
 use phalanx_statestore::ledger::{Epoch, LedgerCommand, ReplicaId, ShardId, TxnId};
 use phalanx_statestore::{LedgerResponse, PodPlacement, Transport};
@@ -90,8 +90,9 @@ pub struct TwoPhase {
     transport: Transport,
     clients: BTreeMap<ReplicaId, CoordClient>,
     seq: u64,
-    /// Gang -> its transaction while it is open (a gang is not started twice).
-    open: BTreeMap<String, TxnId>,
+    /// Gang -> its transaction while it is open (a gang is not started twice), with when
+    /// it started (ms since the epoch) for the decision latency.
+    open: BTreeMap<String, (TxnId, u64)>,
     /// Events for the next pump (recoveries, starts).
     pending: VecDeque<Work>,
 }
@@ -216,7 +217,7 @@ impl TwoPhase {
         let now = now_ms();
         tracing::info!(gang = %key, txn = %txn, parts = ?parts.keys().collect::<Vec<_>>(), "starting a cross-shard transaction");
         counter!(metric::TXNS_STARTED).increment(1);
-        self.open.insert(key.clone(), txn.clone());
+        self.open.insert(key.clone(), (txn.clone(), now));
         self.pending.push_back(Work::Coord {
             shard: home,
             event: CoordEvent::Start(StartTxn {
@@ -384,7 +385,12 @@ impl TwoPhase {
                 };
                 counter!(metric::TXNS, "outcome" => name).increment(1);
                 tracing::info!(txn = %txn, outcome = name, reason = %reason, "cross-shard transaction ended");
-                self.open.retain(|_, t| *t != txn);
+                // Only the replica that started it knows when; a recovered one is not timed.
+                if let Some((_, started)) = self.open.values().find(|(t, _)| *t == txn) {
+                    histogram!(metric::TXN_DECISION_LATENCY)
+                        .record(now_ms().saturating_sub(*started) as f64);
+                }
+                self.open.retain(|_, (t, _)| *t != txn);
             }
         }
     }
