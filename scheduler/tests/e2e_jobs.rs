@@ -22,14 +22,14 @@ mod testbed;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
-use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
+use phalanx_scheduler::cluster::kube::volcano_resource;
 use phalanx_scheduler::serve::jobs::job_resource;
 use serde_json::{Value, json};
-use testbed::{Check, DEADLINE, Replica, kubeconfig, poll};
+use testbed::{Check, DEADLINE, Replica, poll};
 
 const SCHEDULER: &str = "phalanx-e2e-jobs";
 const JOB: &str = "tf-mnist-job";
@@ -213,35 +213,8 @@ fn check_bad_job_warned(env: &Env) -> Check {
 #[test]
 #[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16 --zones 4)"]
 fn the_seed_job_runs_restarts_completes_and_is_deleted_through_the_job_controller() {
-    let kc = kubeconfig();
-    assert!(
-        kc.exists(),
-        "e2e: no testbed: {} does not exist",
-        kc.display()
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let client = rt
-        .block_on(make_client(Some(&kc)))
-        .unwrap_or_else(|e| panic!("e2e: kubeconfig: {e}"));
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let env = Env {
-        rt,
-        client,
-        ns: format!("e2e-jobs-{stamp}"),
-    };
-    testbed::install_crds(&env.rt, &env.client).unwrap_or_else(|e| panic!("e2e: {e}"));
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
-    env.rt
-        .block_on(namespaces.create(&PostParams::default(), &ns))
-        .unwrap_or_else(|e| panic!("e2e: creating namespace {}: {e}", env.ns));
+    let (rt, client, ns) = testbed::open("e2e-jobs");
+    let env = Env { rt, client, ns };
     let dir = tempfile::Builder::new()
         .prefix("phalanx-e2e-jobs-")
         .tempdir()

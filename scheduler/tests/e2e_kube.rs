@@ -17,11 +17,11 @@ mod testbed;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
-use phalanx_scheduler::cluster::kube::{KubeCluster, KubeOptions, make_client, volcano_resource};
+use phalanx_scheduler::cluster::kube::{KubeCluster, KubeOptions, volcano_resource};
 use serde_json::{Value, json};
 use testbed::{Check, DEADLINE, GPU, Replica, kubeconfig, node_of, poll};
 
@@ -504,41 +504,8 @@ fn check_graceful_stop(replicas: &mut [Replica]) -> Check {
 #[test]
 #[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16); .ci/run runs it with --ignored"]
 fn phalanx_serve_on_the_testbed() {
-    let kc = kubeconfig();
-    assert!(
-        kc.exists(),
-        "e2e: no testbed: {} does not exist. Start one with `deploy/testbed/testbed up --nodes 16` \
-         (it needs Go to build kube-apiserver, etcd and kwok: `deploy/testbed/testbed build`)",
-        kc.display()
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let client = rt
-        .block_on(make_client(Some(&kc)))
-        .unwrap_or_else(|e| panic!("e2e: cannot use the testbed's kubeconfig: {e}"));
-    rt.block_on(client.apiserver_version()).unwrap_or_else(|e| {
-        panic!(
-            "e2e: the testbed's API server does not answer ({e}); is it up? `deploy/testbed/testbed status`"
-        )
-    });
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let env = Env {
-        rt,
-        client,
-        ns: format!("e2e-{stamp}"),
-    };
-    testbed::install_crds(&env.rt, &env.client).unwrap_or_else(|e| panic!("e2e: {e}"));
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
-    env.rt
-        .block_on(namespaces.create(&PostParams::default(), &ns))
-        .unwrap_or_else(|e| panic!("e2e: creating namespace {}: {e}", env.ns));
+    let (rt, client, ns) = testbed::open("e2e");
+    let env = Env { rt, client, ns };
 
     let mut results: Vec<(&str, Check)> = vec![("conformance", conformance(&env))];
 

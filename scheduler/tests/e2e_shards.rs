@@ -23,17 +23,17 @@ mod testbed;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
-use phalanx_scheduler::cluster::kube::{BOUND_BY_ANNOTATION, make_client, volcano_resource};
+use phalanx_scheduler::cluster::kube::{BOUND_BY_ANNOTATION, volcano_resource};
 use phalanx_scheduler::framework::{GangPlacement, Placement};
 use phalanx_scheduler::ledger::sharded::{Fence, place_at};
 use phalanx_scheduler::model::{ObjectKey, Resources};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use phalanx_statestore::{GangDecision, LedgerClient, LedgerResponse, Refusal};
 use serde_json::json;
-use testbed::{Check, DEADLINE, GPU, Replica, kubeconfig, poll};
+use testbed::{Check, DEADLINE, GPU, Replica, poll};
 
 const SHARDS: u32 = 6;
 const GPUS_PER_NODE: i64 = 8;
@@ -749,24 +749,7 @@ fn check_scale_out_and_in(
 #[test]
 #[ignore = "needs the testbed (deploy/testbed/testbed up --nodes 16 --zones 4); .ci/run runs it with --ignored"]
 fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound() {
-    let kc = kubeconfig();
-    assert!(
-        kc.exists(),
-        "e2e: no testbed: {} does not exist (deploy/testbed/testbed up --nodes 16 --zones 4)",
-        kc.display()
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let client = rt
-        .block_on(make_client(Some(&kc)))
-        .unwrap_or_else(|e| panic!("e2e: kubeconfig: {e}"));
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let (rt, client, ns) = testbed::open("e2e-shards");
     let map = ShardMap::new(ShardingConfig {
         shards: SHARDS,
         ..ShardingConfig::default()
@@ -775,15 +758,9 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
     let env = Env {
         rt,
         client,
-        ns: format!("e2e-shards-{stamp}"),
+        ns,
         map,
     };
-    testbed::install_crds(&env.rt, &env.client).unwrap_or_else(|e| panic!("e2e: {e}"));
-    let namespaces: Api<Namespace> = Api::all(env.client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": env.ns}})).expect("ns");
-    env.rt
-        .block_on(namespaces.create(&PostParams::default(), &ns))
-        .unwrap_or_else(|e| panic!("e2e: creating namespace {}: {e}", env.ns));
     let pools = env
         .pools()
         .unwrap_or_else(|e| panic!("e2e: listing nodes: {e}"));

@@ -350,6 +350,44 @@ pub fn start_replica(
 
 /// Creates the PodGroup, Queue and (for `serve --job-controller`) Job CRDs from
 /// deploy/crds/ (already there: fine) and waits until they are Established.
+/// What every e2e test opens first: a runtime, a client of the testbed's API server (which
+/// must answer), the CRDs, and a fresh namespace `<prefix>-<unix seconds>`. Panics, naming
+/// what is missing, when there is no testbed.
+pub fn open(prefix: &str) -> (tokio::runtime::Runtime, kube::Client, String) {
+    let kc = kubeconfig();
+    assert!(
+        kc.exists(),
+        "e2e: no testbed: {} does not exist. Start one with `deploy/testbed/testbed up --nodes 16 --zones 4` \
+         (it needs Go to build kube-apiserver, etcd and kwok: `deploy/testbed/testbed build`)",
+        kc.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let client = rt
+        .block_on(phalanx_scheduler::cluster::kube::make_client(Some(&kc)))
+        .unwrap_or_else(|e| panic!("e2e: cannot use the testbed's kubeconfig: {e}"));
+    rt.block_on(client.apiserver_version()).unwrap_or_else(|e| {
+        panic!(
+            "e2e: the testbed's API server does not answer ({e}); is it up? `deploy/testbed/testbed status`"
+        )
+    });
+    install_crds(&rt, &client).unwrap_or_else(|e| panic!("e2e: {e}"));
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let ns = format!("{prefix}-{stamp}");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let object = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+        .expect("a namespace object");
+    rt.block_on(namespaces.create(&PostParams::default(), &object))
+        .unwrap_or_else(|e| panic!("e2e: creating namespace {ns}: {e}"));
+    (rt, client, ns)
+}
+
 pub fn install_crds(rt: &tokio::runtime::Runtime, client: &kube::Client) -> Result<(), String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (f, group) in [
