@@ -783,8 +783,7 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
     let mut fleet = Fleet::new(dir.path(), extra, 1..=3);
     let three: BTreeSet<u64> = (1..=3).collect();
     let mut replicas: Vec<Replica> = three.iter().map(|id| fleet.start(*id, &three)).collect();
-    let peers = fleet.raft.clone();
-    let ledger = LedgerClient::new(peers);
+    let ledger = testbed::ledger_client(dir.path(), &fleet.raft, 1);
     let mut results: Vec<(&str, Check)> = Vec::new();
     let ready = poll(
         Duration::from_secs(90),

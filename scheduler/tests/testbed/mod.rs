@@ -306,6 +306,27 @@ pub fn tls_flags(dir: &Path, id: u64) -> Vec<String> {
     ]
 }
 
+/// A ledger client of the replicas at `raft` that speaks their mutual TLS, with the
+/// certificate [`tls_flags`] made for replica `as_id` (the ledger service takes any client
+/// certificate of the CA; only Raft RPCs must match the id they claim).
+pub fn ledger_client(
+    dir: &Path,
+    raft: &BTreeMap<u64, String>,
+    as_id: u64,
+) -> phalanx_statestore::LedgerClient {
+    tls_flags(dir, as_id);
+    let tls = dir.join("tls");
+    let name = format!("replica-{as_id}");
+    let state = phalanx_statestore::TlsState::load(phalanx_statestore::TlsFiles {
+        cert: tls.join(format!("{name}.crt")),
+        key: tls.join(format!("{name}.key")),
+        ca: tls.join("ca.crt"),
+    })
+    .expect("the testbed's certificates load");
+    phalanx_statestore::LedgerClient::new(raft.clone())
+        .with_transport(phalanx_statestore::Transport::Tls(state))
+}
+
 /// One `phalanx serve` replica `id` listening at `raft[id]` with `--peers` = all of `raft`,
 /// its data in `dir/data-<id>` (kept across restarts), its output appended to
 /// `dir/serve-<id>.log`, a new http port, period 500 ms, mutual TLS ([`tls_flags`]) and
