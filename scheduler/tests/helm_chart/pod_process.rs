@@ -15,8 +15,9 @@
 //! | `--http=<addr>:<http port>` | `127.0.0.1:<http port of k>` | same |
 //! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `localhost:<raft port of j>` | no cluster DNS; the name must be exactly the pod's stable name. Still a host *name*, so the replicas resolve names as they do in the cluster |
 //!
-//! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (47100) up to
-//! 47999, raft ports first.
+//! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (27100) up to
+//! 32767 (below the kernel's ephemeral range, so no outgoing connection holds one), raft
+//! ports first.
 //! | volume mounts (claim, ConfigMap, emptyDir) | directories under a temp dir; the ConfigMap's keys written as files from the ConfigMap read back | no kubelet |
 //! | the service-account token mounted in the pod | `KUBECONFIG` = a kubeconfig holding a token from `kubectl create token <sa>` (`$PHALANX_HELM_SA_KUBECONFIG`) | the in-cluster address is not reachable; the *same identity*, so RBAC is the chart's |
 //! | (`HOME`, `TMPDIR`) | per-pod temp dirs; the environment is otherwise cleared | nothing of the test's environment leaks in |
@@ -78,7 +79,7 @@ impl Release {
                 "/tmp/phalanx-testbed/kubeconfig",
             )),
             sa_kubeconfig: PathBuf::from(sa),
-            port_base: var("PHALANX_HELM_PORT_BASE", "47100")
+            port_base: var("PHALANX_HELM_PORT_BASE", "27100")
                 .parse()
                 .expect("PHALANX_HELM_PORT_BASE is a port number"),
             work_namespace: var("PHALANX_HELM_WORK_NAMESPACE", "helm-e2e"),
@@ -98,9 +99,9 @@ struct LocalPorts {
 }
 
 impl LocalPorts {
-    /// The first free ports from `base` up to 47999. Free ones are looked for rather than
-    /// fixed offsets used because the range lies in Linux's ephemeral range (32768-60999):
-    /// any process's outgoing connection may hold one of them for a while.
+    /// The first free ports from `base` up to 32767 (below Linux's ephemeral range, where
+    /// any outgoing connection could hold one). Free ones are looked for rather than fixed
+    /// offsets used, because a developer's own services may sit in the range.
     fn find(base: u16, replicas: usize) -> Self {
         let mut ports = Self {
             raft: Vec::new(),
@@ -113,10 +114,10 @@ impl LocalPorts {
     /// Ports for the ordinals up to `replicas`, those already given kept.
     fn grow(&mut self, base: u16, replicas: usize) {
         let taken: Vec<u16> = self.raft.iter().chain(&self.http).copied().collect();
-        let mut free = (base..48000).filter(|p| !taken.contains(p) && port_free(*p));
+        let mut free = (base..32768).filter(|p| !taken.contains(p) && port_free(*p));
         let mut take = || {
             free.next()
-                .expect("free loopback ports between the base and 47999")
+                .expect("free loopback ports between the base and 32767")
         };
         while self.raft.len() < replicas {
             self.raft.push(take());
