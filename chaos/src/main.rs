@@ -97,7 +97,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+/// The checkout the run uses: the current directory when it is a phalanx checkout, else the
+/// one the binary was built from. A shared target dir serves several checkouts, so the
+/// build-time path may be another clone's, or one that is gone.
 fn workspace() -> PathBuf {
+    let here = std::env::current_dir().unwrap_or_default();
+    if here.join("deploy/testbed/testbed").is_file() {
+        return here;
+    }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
