@@ -150,7 +150,8 @@ fn shape_of(session: &Session, job: JobId) -> (QueueId, i32, u64, u32) {
     )
 }
 
-/// Admitted, valid, fewer than `minMember` placed or pipelined, with pods left to place.
+/// Admitted, valid, starving by the plugins' hooks (with `gang`: fewer than `minMember`
+/// placed) and not pipelined ready, with pods that request resources left to place.
 fn is_starving(session: &Session, job: JobId, enqueue_configured: bool) -> bool {
     let state = &session.state;
     let j = &state.jobs[job];
@@ -163,7 +164,9 @@ fn is_starving(session: &Session, job: JobId, enqueue_configured: bool) -> bool 
     {
         return false;
     }
-    if session.plugins.job_ready(state, job) || pipelined_ready(session, job) {
+    // The plugins' starving hooks decide, tier by tier, as Volcano's `JobStarving`: `gang`
+    // (below `minMember`), `priority` (pods still pending). With neither, nobody starves.
+    if !session.plugins.job_starving(state, job) || pipelined_ready(session, job) {
         return false;
     }
     job_blocker(session, job).is_none()

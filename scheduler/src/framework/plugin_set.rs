@@ -261,17 +261,26 @@ impl PluginSet {
     }
 
     /// Every plugin with `enablePreemptable` on must not refuse.
+    /// At least one plugin with `enablePreemptable` on, and none of them refuses: as in
+    /// Volcano, where a session without such a plugin finds no victims at all.
     pub fn preemptable(&self, state: &SessionState, preemptor: JobId, victims: &[TaskId]) -> bool {
-        self.entries()
+        let mut hooks = self
+            .entries()
             .filter(|e| on(e.hooks.preemptable))
-            .all(|e| e.plugin.preemptable(state, preemptor, victims) != Some(false))
+            .peekable();
+        hooks.peek().is_some()
+            && hooks.all(|e| e.plugin.preemptable(state, preemptor, victims) != Some(false))
     }
 
-    /// Every plugin with `enableReclaimable` on must not refuse.
+    /// At least one plugin with `enableReclaimable` on, and none of them refuses (as
+    /// [`Self::preemptable`]).
     pub fn reclaimable(&self, state: &SessionState, reclaimer: JobId, victims: &[TaskId]) -> bool {
-        self.entries()
+        let mut hooks = self
+            .entries()
             .filter(|e| on(e.hooks.reclaimable))
-            .all(|e| e.plugin.reclaimable(state, reclaimer, victims) != Some(false))
+            .peekable();
+        hooks.peek().is_some()
+            && hooks.all(|e| e.plugin.reclaimable(state, reclaimer, victims) != Some(false))
     }
 
     /// No plugin with `enableReclaimable` on rules out reclaiming from `queue` for the rest
@@ -525,5 +534,22 @@ mod tests {
         let set = tiers(vec![vec![starving(Some(true)), starving(Some(false))]]);
         assert!(!set.job_starving(&s, 0));
         assert!(!tiers(vec![]).job_starving(&s, 0));
+    }
+
+    /// Volcano's `priority_test.go` "disable preempt low priority": with every
+    /// `preemptable`/`reclaimable` hook off, no victim is allowed (before, no hook meant
+    /// every victim was).
+    #[test]
+    fn victims_need_a_plugin_with_the_hook_on() {
+        let s = state();
+        assert!(!tiers(vec![]).preemptable(&s, 1, &[0]));
+        assert!(!tiers(vec![]).reclaimable(&s, 1, &[0]));
+        let mut set = tiers(vec![vec![fake("abstains")]]);
+        assert!(set.preemptable(&s, 1, &[0]));
+        assert!(set.reclaimable(&s, 1, &[0]));
+        set.tiers[0][0].hooks.preemptable = Some(false);
+        set.tiers[0][0].hooks.reclaimable = Some(false);
+        assert!(!set.preemptable(&s, 1, &[0]));
+        assert!(!set.reclaimable(&s, 1, &[0]));
     }
 }

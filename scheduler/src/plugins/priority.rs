@@ -34,6 +34,13 @@ impl Plugin for PriorityPlugin {
         }))
     }
 
+    /// As Volcano's: a job is starving while some of its pods are not placed. Without
+    /// `gang` this is what lets `preempt` serve a job at all; with `gang` in the same tier
+    /// both must agree, so gang's "below `minMember`" decides.
+    fn job_starving(&self, state: &SessionState, job: JobId) -> Option<bool> {
+        Some(state.pending_tasks(job).next().is_some())
+    }
+
     fn task_order(&self, state: &SessionState, a: TaskId, b: TaskId) -> Ordering {
         state.tasks[b].priority.cmp(&state.tasks[a].priority)
     }
