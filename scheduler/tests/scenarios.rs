@@ -1,5 +1,5 @@
 //! Scenario files (SCENARIOS.md) run in-process: every file under `tests/scenarios/` (and
-//! `tests/scenarios/volcano/`, the cases ported from Volcano's action tests) must
+//! `tests/scenarios/volcano/`, the cases ported from Volcano's action and plugin tests) must
 //! meet its Expectation with every invariant holding; every file under
 //! `tests/scenarios/invalid/` must be refused with an error that contains each text listed
 //! on its first line (`# expect-error: text | other text`).
