@@ -22,3 +22,20 @@ pub mod plugins;
 pub mod serve;
 pub mod shard;
 pub mod simulate;
+
+/// The decoders' property tests' configuration: `default_cases` cases, or `PROPTEST_CASES`
+/// when set (the longer run, docs/security.md); a fixed seed, so a run is reproducible
+/// and a failure is found again by the same command.
+#[cfg(test)]
+pub(crate) fn proptest_config(default_cases: u32, seed: u64) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::test_runner::Config {
+        cases,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

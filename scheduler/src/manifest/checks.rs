@@ -18,7 +18,8 @@ use crate::model::{
     TIMEOUT_ACTION_ANNOTATION,
 };
 
-/// Errors when a total of node allocatable or of pod requests passes `i64::MAX`.
+/// Errors when a total of node allocatable or of pod requests passes `i64::MAX`, or
+/// `MAX_WHOLE_COUNT_TOTAL` for a counted resource.
 pub(crate) fn check_sums_fit(loader: &Loader<'_>) -> Result<(), ManifestError> {
     let nodes = loader
         .out
@@ -58,6 +59,21 @@ pub(crate) fn check_queue_hierarchy(loader: &Loader<'_>) -> Result<(), ManifestE
     Err(ManifestError::new(origin.at, Some(origin.object), problem))
 }
 
+/// The largest total of `name` over all nodes (or all pods) the scheduler computes with:
+/// counted resources (GPUs, whole units) are water-filled in millionths by the proportion
+/// plugin (`plugins::proportion::FINE`), so their totals must fit `i64::MAX / FINE`, about
+/// 9.2e12; other resources, `i64::MAX`.
+fn total_limit(name: &ResourceName) -> i64 {
+    if name.unit() == crate::model::QuantityUnit::WholeCount {
+        MAX_WHOLE_COUNT_TOTAL
+    } else {
+        i64::MAX
+    }
+}
+
+/// `i64::MAX / plugins::proportion::FINE`: see `total_limit`.
+pub(crate) const MAX_WHOLE_COUNT_TOTAL: i64 = i64::MAX / crate::plugins::proportion::FINE;
+
 fn running_sums<'a>(
     loader: &Loader<'_>,
     items: impl Iterator<Item = ((&'static str, String), &'a Resources, i64)>,
@@ -66,7 +82,7 @@ fn running_sums<'a>(
     let mut totals: BTreeMap<ResourceName, i64> = BTreeMap::new();
     let mut pods_total: i64 = 0;
     for (origin_key, resources, max_pods) in items {
-        let overflow = |name: &str| {
+        let overflow = |name: &str, limit: i64| {
             let origin = loader
                 .origins
                 .get(&origin_key)
@@ -76,20 +92,27 @@ fn running_sums<'a>(
                     object: format!("{} {}", origin_key.0, origin_key.1),
                 });
             let problem = Problem::Invalid(format!(
-                "the total {name} {what} over all {}s passes 9223372036854775807 here; phalanx needs every total to fit in 64 bits",
-                origin_key.0
+                "the total {name} {what} over all {}s passes {limit} here; {}",
+                origin_key.0,
+                if limit == i64::MAX {
+                    "phalanx needs every total to fit in 64 bits"
+                } else {
+                    "a counted resource is shared out in millionths of a unit, and a larger total would saturate every queue's deserved share"
+                }
             ));
             ManifestError::new(origin.at, Some(origin.object), problem)
         };
         for (name, amount) in resources.iter() {
+            let limit = total_limit(name);
             let total = totals.entry(name.clone()).or_insert(0);
             *total = total
                 .checked_add(amount)
-                .ok_or_else(|| overflow(name.as_str()))?;
+                .filter(|t| *t <= limit)
+                .ok_or_else(|| overflow(name.as_str(), limit))?;
         }
         pods_total = pods_total
             .checked_add(max_pods)
-            .ok_or_else(|| overflow("pods"))?;
+            .ok_or_else(|| overflow("pods", i64::MAX))?;
     }
     Ok(())
 }

@@ -16,15 +16,22 @@ use crate::framework::timeout::{
 /// What an argument's text must be.
 #[derive(Clone, Copy, Debug)]
 enum ArgKind {
-    /// A finite number >= 0.
+    /// A number from 0 to `MAX_WEIGHT`.
     Weight,
-    /// A finite number >= 1.
+    /// A number from 1 to `MAX_FACTOR`.
     Factor,
     /// A Go duration >= 0, whole milliseconds or more.
     Duration,
     /// One of these words.
     OneOf(&'static [&'static str]),
 }
+
+/// Largest score weight. Scores are summed in `f64`: a weight of 1e300 drowns every other
+/// term in rounding and, summed over plugins, reaches infinity (NaN orderings). Volcano's
+/// own weights are single digits.
+pub(crate) const MAX_WEIGHT: f64 = 1_000_000.0;
+/// Largest overcommit factor (Volcano's default is 1.2; the ledger refuses above 100).
+pub(crate) const MAX_FACTOR: f64 = 100.0;
 
 /// The arguments of plugins and actions that phalanx reads, by owner; a key ending in
 /// `.` matches every key with that prefix.
@@ -87,14 +94,14 @@ pub(crate) fn check_arguments(
 fn check_value(kind: ArgKind, text: &str) -> Result<Option<String>, String> {
     match kind {
         ArgKind::Weight | ArgKind::Factor => {
-            let min = if matches!(kind, ArgKind::Factor) {
-                1.0
+            let (min, max) = if matches!(kind, ArgKind::Factor) {
+                (1.0, MAX_FACTOR)
             } else {
-                0.0
+                (0.0, MAX_WEIGHT)
             };
             match text.parse::<f64>() {
-                Ok(n) if n.is_finite() && n >= min => Ok(None),
-                _ => Err(format!("is not a number >= {min}")),
+                Ok(n) if (min..=max).contains(&n) => Ok(None),
+                _ => Err(format!("is not a number from {min} to {max}")),
             }
         }
         ArgKind::Duration => duration_ms(text).map(|ms| Some(format_duration(ms))),
@@ -152,6 +159,46 @@ mod tests {
             assert!(err.contains(&format!("arguments.{key}")), "{err}");
             assert!(err.contains(&format!("{value:?}")), "{err}");
             assert!(err.contains(&format!("`{owner}`")), "{err}");
+        }
+    }
+
+    #[test]
+    fn weights_and_factors_beyond_their_bounds_are_refused_naming_the_bound() {
+        for (owner, key, value, bound) in [
+            ("binpack", "binpack.weight", "1e300", "from 0 to 1000000"),
+            (
+                "nodeorder",
+                "leastrequested.weight",
+                "1000001",
+                "from 0 to 1000000",
+            ),
+            (
+                "binpack",
+                "binpack.resources.nvidia.com/gpu",
+                "inf",
+                "from 0 to 1000000",
+            ),
+            ("overcommit", "overcommit-factor", "101", "from 1 to 100"),
+            (
+                "overcommit",
+                "overcommit-factor",
+                "4294967295",
+                "from 1 to 100",
+            ),
+        ] {
+            let mut args = one(key, value);
+            let err = check_arguments("tiers[0].plugins[0]", "plugin", owner, &mut args)
+                .expect_err(value)
+                .to_string();
+            assert!(err.contains(&format!("{value:?}")), "{err}");
+            assert!(err.contains(bound), "{err}");
+        }
+        for (owner, key, value) in [
+            ("binpack", "binpack.weight", "1000000"),
+            ("overcommit", "overcommit-factor", "100"),
+        ] {
+            let mut args = one(key, value);
+            check_arguments("tiers[0].plugins[0]", "plugin", owner, &mut args).expect(value);
         }
     }
 

@@ -218,3 +218,90 @@ fn a_timeout_annotation_the_scheduler_cannot_read_is_warned_about() {
         w.warnings
     );
 }
+
+#[test]
+fn a_counted_resource_whose_total_would_saturate_the_deserved_share_is_refused() {
+    // proportion shares GPUs out in millionths: a cluster total past i64::MAX / 10^6
+    // saturated every queue's deserved share, and the gang was never placed.
+    let node = |name: &str, gpus: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  allocatable: {{nvidia.com/gpu: \"{gpus}\"}}\n---\n"
+        )
+    };
+    let limit = super::checks::MAX_WHOLE_COUNT_TOTAL;
+    assert_eq!(limit, 9_223_372_036_854);
+    let half = (limit / 2 + 1).to_string();
+    let err = load_err(&format!("{}{}", node("a", &half), node("b", &half)));
+    assert_mentions(
+        &err,
+        &[
+            "Node b",
+            "nvidia.com/gpu",
+            "9223372036854",
+            "deserved share",
+        ],
+    );
+    let fits = (limit / 2).to_string();
+    load(&format!("{}{}", node("a", &fits), node("b", &fits))).expect("at the limit");
+}
+
+#[test]
+fn min_member_written_as_a_string_is_refused_naming_the_field() {
+    assert_mentions(
+        &load_err(&pod_group("g", "\"1\"")),
+        &["PodGroup default/g", "spec.minMember", "\"1\"", "not text"],
+    );
+    // Numbers still load, and minMember: 0 and an absent one keep their meaning.
+    for (min_member, want) in [("3", 3), ("0", 0)] {
+        let w = load(&pod_group("g", min_member)).expect(min_member);
+        assert_eq!(w.pod_groups[0].min_member, want);
+    }
+    let text = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {name: g}\nspec: {queue: default}\n";
+    assert_eq!(
+        load(text).expect("no minMember").pod_groups[0].min_member,
+        1
+    );
+}
+
+#[test]
+fn a_pod_naming_a_pod_group_of_another_namespace_is_warned_about() {
+    let text = format!(
+        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {{name: g, namespace: other}}\nspec: {{minMember: 1}}\n---\n{}",
+        pod_in("g", 0)
+    );
+    let w = load(&text).expect("a dangling reference is a warning");
+    assert!(
+        w.warnings
+            .iter()
+            .any(|m| m.contains("Pod default/p-0") && m.contains("default/g")),
+        "{:?}",
+        w.warnings
+    );
+}
+
+#[test]
+fn a_queue_weight_past_int32_is_refused_and_the_largest_does_not_wrap_the_sum() {
+    let queue = |name: &str, weight: &str| {
+        format!(
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{weight: {weight}}}\n---\n"
+        )
+    };
+    for weight in ["2147483648", "1e400", "huge"] {
+        assert_mentions(
+            &load_err(&queue("q", weight)),
+            &["Queue q", "spec.weight", weight],
+        );
+    }
+    let w = load(&format!(
+        "{}{}",
+        queue("a", "2147483647"),
+        queue("b", "2147483647")
+    ))
+    .expect("int32's largest weight");
+    let total: u64 = w.queues.iter().map(|q| u64::from(q.weight)).sum();
+    assert_eq!(
+        total,
+        2 * 2_147_483_647 + 1,
+        "the default queue's weight is 1"
+    );
+}

@@ -697,3 +697,64 @@ mod tests {
         }
     }
 }
+
+/// Property tests of the configuration loader (issue 17 item 4): any text loads or is an
+/// error, never a panic; an argument phalanx reads either passes its check or names
+/// itself. `PROPTEST_CASES` overrides the small default count (docs/security.md).
+#[cfg(test)]
+mod fuzz_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Lines from real configurations, mixed with arbitrary ones.
+    fn conf_line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("actions: \"enqueue, allocate, backfill\"".to_string()),
+            Just("tiers:".to_string()),
+            Just("- plugins:".to_string()),
+            Just("  - name: gang".to_string()),
+            Just("  - name: binpack".to_string()),
+            Just("    arguments:".to_string()),
+            Just("configurations:".to_string()),
+            Just("- name: enqueue".to_string()),
+            Just("  arguments:".to_string()),
+            "      binpack\\.weight: [-0-9.eEinfNa]{0,8}",
+            "    schedule-timeout: [0-9.hmsun-]{0,8}",
+            "    overcommit-factor: [-0-9.e]{0,6}",
+            "    enable[A-Z][a-z]{2,8}: (true|false|[a-z]{1,4})",
+            "[ -~]{0,30}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::proptest_config(64, 0x0017_0C0F))]
+
+        #[test]
+        fn arbitrary_text_never_panics_the_config_loader(text in "\\PC{0,200}", strict in any::<bool>()) {
+            let _ = parse_scheduler_conf(&text, strict);
+        }
+
+        #[test]
+        fn config_like_text_loads_or_names_the_problem(
+            lines in proptest::collection::vec(conf_line(), 0..16),
+            strict in any::<bool>(),
+        ) {
+            match parse_scheduler_conf(&lines.join("\n"), strict) {
+                Ok((conf, _)) => {
+                    // What loaded passes the argument checks again, unchanged: nothing
+                    // phalanx reads got past them.
+                    for (t, tier) in conf.tiers.iter().enumerate() {
+                        for plugin in &tier.plugins {
+                            let mut args = plugin.arguments.clone();
+                            let again = check_arguments(&format!("tiers[{t}]"), "plugin", &plugin.name, &mut args);
+                            prop_assert!(again.is_ok(), "{:?}", again);
+                            prop_assert_eq!(&args, &plugin.arguments);
+                        }
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+}

@@ -346,6 +346,8 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(crate::proptest_config(256, 0x0017_9A27))]
+
         #[test]
         fn integers_round_trip_in_every_unit(n in 0i64..=i64::MAX / 1000) {
             proptest::prop_assert_eq!(parse_quantity(&n.to_string(), Bytes), Ok(n));

@@ -56,7 +56,7 @@ impl ProportionPlugin {
 /// arithmetic does: splitting 8 GPUs 1:3 over rounds must give 2 and 6, not lose a GPU to
 /// rounding in every round. The result is floored back to whole units, reading amounts
 /// within [`FINE_TOLERANCE`] of the next unit as that unit (Volcano's `LessEqual` tolerance).
-const FINE: i64 = 1_000_000;
+pub(crate) const FINE: i64 = 1_000_000;
 const FINE_TOLERANCE: i64 = 1_000;
 
 fn is_whole_count(name: &crate::model::ResourceName) -> bool {

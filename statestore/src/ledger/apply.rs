@@ -6,10 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::bounds::{
+    MAX_QUANTITY, check_node_name, check_object_key, check_overcommit, check_resources,
+    check_txn_id,
+};
 use super::changes::{Changes, StateKey};
 use super::command::{
-    GangPlacement, LedgerCommand, MAX_CLOCK_STEP_MS, MAX_EPOCH_STEP, MAX_GANGS_PER_COMMAND,
-    MAX_OPEN_TXNS, MAX_PODS_PER_COMMAND, MAX_PODS_PER_GANG, MAX_TXN_PARTICIPANTS, TXN_RETENTION_MS,
+    GangPlacement, LedgerCommand, MAX_CLOCK_MS, MAX_CLOCK_STEP_MS, MAX_EPOCH_STEP,
+    MAX_GANGS_PER_COMMAND, MAX_OPEN_TXNS, MAX_PODS_PER_COMMAND, MAX_PODS_PER_GANG,
+    MAX_TXN_PARTICIPANTS, TXN_RETENTION_MS,
 };
 use super::context::{ApplyContext, LeaderTerm};
 use super::overcommit::OvercommitFactor;
@@ -108,17 +113,6 @@ fn fence(state: &LedgerState, shard: ShardId, epoch: Epoch) -> Result<(), Refusa
     Ok(())
 }
 
-fn non_negative(subject: &str, v: &ResourceVec) -> Result<(), Refusal> {
-    match v.iter().find(|(_, q)| *q < 0) {
-        Some((resource, quantity)) => Err(Refusal::NegativeQuantity {
-            subject: subject.to_string(),
-            resource: resource.to_string(),
-            quantity,
-        }),
-        None => Ok(()),
-    }
-}
-
 /// Checks that `usage` fits under `allocatable` scaled by `factor`, resource by resource.
 fn usage_fits(
     node: &str,
@@ -147,7 +141,8 @@ fn upsert_node(
     shard: ShardId,
     c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
-    non_negative(&format!("node {node}"), allocatable)?;
+    check_node_name(node)?;
+    check_resources(&format!("node {node}"), allocatable, MAX_QUANTITY)?;
     usage_fits(node, &state.usage_of(node), allocatable, state.overcommit)?;
     c.touch(|| StateKey::Node(node.to_string()));
     state.nodes.insert(
@@ -187,12 +182,7 @@ fn set_overcommit(
     factor: OvercommitFactor,
     c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
-    if !factor.is_valid() {
-        return Err(Refusal::InvalidOvercommit {
-            numerator: factor.numerator,
-            denominator: factor.denominator,
-        });
-    }
+    check_overcommit(factor)?;
     for (node, usage) in &state.usage {
         let allocatable = state
             .nodes
@@ -280,9 +270,11 @@ fn check_gang(
             limit: MAX_PODS_PER_GANG,
         });
     }
+    check_object_key("gang", &gang.gang)?;
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut adds: BTreeMap<String, ResourceVec> = BTreeMap::new();
     for pod in &gang.pods {
+        check_object_key("pod", &pod.pod)?;
         if !seen.insert(pod.pod.as_str()) {
             return Err(Refusal::DuplicatePod {
                 pod: pod.pod.clone(),
@@ -294,7 +286,7 @@ fn check_gang(
                 node: existing.node.clone(),
             });
         }
-        non_negative(&format!("pod {}", pod.pod), &pod.resources)?;
+        check_resources(&format!("pod {}", pod.pod), &pod.resources, MAX_QUANTITY)?;
         let record = state
             .nodes
             .get(&pod.node)
@@ -430,6 +422,7 @@ fn check_pod_list(pods: &[String]) -> Result<(), Refusal> {
     }
     let mut seen = BTreeSet::new();
     for pod in pods {
+        check_object_key("pod", pod)?;
         if !seen.insert(pod.as_str()) {
             return Err(Refusal::DuplicatePod { pod: pod.clone() });
         }
@@ -530,6 +523,8 @@ fn txn_begin(
     c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     fence(state, shard, epoch)?;
+    check_txn_id(txn)?;
+    check_deadline(state, txn, deadline_ms)?;
     if state.txns.contains_key(txn) {
         return Err(Refusal::TxnExists { txn: txn.clone() });
     }
@@ -697,16 +692,52 @@ fn check_clock(state: &LedgerState, now_ms: u64) -> Result<(), Refusal> {
             latest: state.clock_ms,
         });
     }
+    let anchor = clock_anchor(state);
+    if now_ms > MAX_CLOCK_MS {
+        return Err(Refusal::ClockJump {
+            proposed: now_ms,
+            anchor: 0,
+            max_step: MAX_CLOCK_MS,
+        });
+    }
+    if anchor > 0 && now_ms > anchor.saturating_add(MAX_CLOCK_STEP_MS) {
+        return Err(Refusal::ClockJump {
+            proposed: now_ms,
+            anchor,
+            max_step: MAX_CLOCK_STEP_MS,
+        });
+    }
+    Ok(())
+}
+
+/// The later of the ledger's clock and its latest transaction deadline: the time a new
+/// clock or deadline is judged against.
+fn clock_anchor(state: &LedgerState) -> u64 {
     let latest_deadline = state
         .txns
         .values()
         .map(|t| t.deadline_ms)
         .max()
         .unwrap_or(0);
-    let anchor = state.clock_ms.max(latest_deadline);
-    if anchor > 0 && now_ms > anchor.saturating_add(MAX_CLOCK_STEP_MS) {
-        return Err(Refusal::ClockJump {
-            proposed: now_ms,
+    state.clock_ms.max(latest_deadline)
+}
+
+/// A deadline is bounded as `ExpireAt` is: `check_clock` anchors on the latest deadline,
+/// so a deadline of `u64::MAX` would otherwise let the clock jump there next.
+fn check_deadline(state: &LedgerState, txn: &TxnId, deadline_ms: u64) -> Result<(), Refusal> {
+    if deadline_ms > MAX_CLOCK_MS {
+        return Err(Refusal::DeadlineOutOfRange {
+            txn: txn.clone(),
+            deadline_ms,
+            anchor: 0,
+            max_step: MAX_CLOCK_MS,
+        });
+    }
+    let anchor = clock_anchor(state);
+    if anchor > 0 && deadline_ms > anchor.saturating_add(MAX_CLOCK_STEP_MS) {
+        return Err(Refusal::DeadlineOutOfRange {
+            txn: txn.clone(),
+            deadline_ms,
             anchor,
             max_step: MAX_CLOCK_STEP_MS,
         });

@@ -29,6 +29,11 @@ pub const MAX_EPOCH_STEP: u64 = 1 << 32;
 /// as "behind".
 pub const MAX_CLOCK_STEP_MS: u64 = 60 * 60 * 1000;
 
+/// The latest time `ExpireAt` or a transaction deadline may name: 2^45 ms, the year 3085
+/// as Unix time. Even a fresh ledger (no clock, no deadline to judge against) refuses
+/// `u64::MAX`, which would abort every transaction ever opened after it.
+pub const MAX_CLOCK_MS: u64 = 1 << 45;
+
 /// One pod's proposed placement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodPlacement {

@@ -8,6 +8,7 @@
 //! ```
 
 pub mod apply;
+pub mod bounds;
 pub mod changes;
 pub mod checks;
 pub mod command;
@@ -19,6 +20,8 @@ pub mod response;
 pub mod state;
 pub mod state_entry;
 
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod tests;
 

@@ -177,6 +177,43 @@ pub enum Refusal {
         /// The quantity.
         quantity: i64,
     },
+    /// `TxnBegin` with a deadline further ahead than `MAX_CLOCK_STEP_MS` past every time
+    /// the ledger knows: it would let a later `ExpireAt` move the clock that far.
+    #[error(
+        "txn {txn}: deadline {deadline_ms} ms is more than {max_step} ms past {anchor} ms (the ledger's clock or latest deadline)"
+    )]
+    DeadlineOutOfRange {
+        /// Txn.
+        txn: TxnId,
+        /// Deadline in the command.
+        deadline_ms: u64,
+        /// The later of the ledger's clock and its latest transaction deadline.
+        anchor: u64,
+        /// `MAX_CLOCK_STEP_MS`.
+        max_step: u64,
+    },
+    /// A key or name that cannot name its object (`bounds.rs`).
+    #[error("{what} {value}: {reason}")]
+    InvalidName {
+        /// What the name names (pod, gang, node, txn, a resource of a pod).
+        what: String,
+        /// The name, shortened to 64 characters and its length.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A quantity above `MAX_QUANTITY` (`bounds.rs`).
+    #[error("{subject}: {resource} {quantity} is above the limit {max}")]
+    QuantityOutOfRange {
+        /// Pod or node.
+        subject: String,
+        /// Resource.
+        resource: String,
+        /// The quantity.
+        quantity: i64,
+        /// The limit.
+        max: i64,
+    },
     /// A gang without pods.
     #[error("gang {gang}: no pods")]
     EmptyGang {
@@ -221,8 +258,8 @@ pub enum Refusal {
         /// How many.
         count: usize,
     },
-    /// The overcommit factor is malformed or below 1.
-    #[error("overcommit {numerator}/{denominator} is invalid (must be >= 1)")]
+    /// The overcommit factor is malformed, below 1 or above `MAX_OVERCOMMIT_RATIO`.
+    #[error("overcommit {numerator}/{denominator} is invalid (must be from 1 to 100)")]
     InvalidOvercommit {
         /// Numerator.
         numerator: u32,

@@ -693,7 +693,7 @@ fn arb_command() -> impl Strategy<Value = LedgerCommand> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(crate::proptest_config(256, 0x0017_1ED6))]
 
     #[test]
     fn random_command_sequences_never_violate_the_invariants(

@@ -21,7 +21,8 @@ use super::wire::{self, WireError};
 use crate::raft_types::{MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::LedgerReader;
 
-fn bad_request(e: WireError) -> Status {
+/// A message that does not decode: INVALID_ARGUMENT with the field it fails at.
+pub(crate) fn bad_request(e: WireError) -> Status {
     Status::invalid_argument(e.to_string())
 }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod journal;
 
+use crate::ledger::bounds;
 use crate::ledger::{
     ApplyContext, Changes, LeaderTerm, LedgerCommand, LedgerResponse, LedgerState, Refusal,
     apply_recording,
@@ -216,7 +217,8 @@ impl LedgerStateMachine {
 }
 
 /// Applies one batch: each command in order, as the entry `ctx` describes, noting the keys
-/// written in `changes`; an oversized batch is refused whole.
+/// written in `changes`; a batch over `MAX_COMMANDS_PER_BATCH` commands or
+/// `bounds::MAX_ENTRY_BYTES` bytes is refused whole (one refusal, nothing applied).
 pub fn apply_batch(
     ledger: &mut LedgerState,
     commands: &[LedgerCommand],
@@ -229,6 +231,15 @@ pub fn apply_batch(
                 what: "commands in one batch".to_string(),
                 count: commands.len(),
                 limit: MAX_COMMANDS_PER_BATCH,
+            })],
+        };
+    }
+    if let Err(counted) = bounds::check_encoded_len(&commands, bounds::MAX_ENTRY_BYTES) {
+        return BatchResponse {
+            responses: vec![LedgerResponse::Refused(Refusal::TooLarge {
+                what: "bytes in one entry (counted until past the limit)".to_string(),
+                count: counted,
+                limit: bounds::MAX_ENTRY_BYTES,
             })],
         };
     }

@@ -29,6 +29,7 @@ pub struct VolcanoPodGroup {
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
     /// The fewest pods that must be placed together (the gang); 1 when absent.
+    #[serde(default, deserialize_with = "int32_not_text")]
     pub min_member: Option<i32>,
     /// The fewest pods per task (by task name) that must be placed together.
     pub min_task_member: Option<BTreeMap<String, i32>>,
@@ -238,4 +239,34 @@ fn status(status: Option<&VolcanoPodGroupStatus>) -> Result<PodGroupStatus, Fiel
         failed: count(status.failed, "failed")?,
         ..PodGroupStatus::default()
     })
+}
+
+/// An int32 written as a number. The YAML reader turns a quoted `"1"` into 1 for an
+/// integer field; Kubernetes refuses a string there, so phalanx does too, rather than
+/// load the gang from text the API server would never have accepted.
+fn int32_not_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    struct Int32;
+    impl Visitor<'_> for Int32 {
+        type Value = Option<i32>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an int32 written as a number, not text")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            i32::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            i32::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Int32)
 }

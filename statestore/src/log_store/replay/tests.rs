@@ -1,7 +1,6 @@
 use openraft::{CommittedLeaderId, EntryPayload};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::RngSeed;
 
 use super::*;
 use crate::ledger::LedgerCommand;
@@ -158,12 +157,7 @@ fn assert_prefix(replayed: &Replayed, frames: &[Vec<u8>]) {
 }
 
 fn fixed_seed() -> ProptestConfig {
-    ProptestConfig {
-        cases: 256,
-        rng_seed: RngSeed::Fixed(0x0017_10C5),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    crate::proptest_config(256, 0x0017_10C5)
 }
 
 proptest! {

@@ -9,6 +9,9 @@ pub mod ledger_changes;
 pub mod ledger_read;
 pub mod vote;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 use phalanx_proto::raft::{Encoding, RaftReply, RaftRequest};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,9 +22,18 @@ pub enum WireError {
     /// The peer used an encoding this build does not know.
     #[error("unknown payload encoding {0}")]
     UnknownEncoding(i32),
-    /// The payload is not valid for its type.
-    #[error("payload (de)serialization failed: {0}")]
+    /// The payload could not be serialized.
+    #[error("payload serialization failed: {0}")]
     Json(#[from] serde_json::Error),
+    /// The payload is not valid for its type; `field` is the path to the value that is
+    /// not (`commands[0].PlaceGangs.gangs[2].pods`), `.` when the whole payload is not.
+    #[error("payload field `{field}`: {source}")]
+    Field {
+        /// Path of the offending value.
+        field: String,
+        /// What serde found wrong there (it names line and column of the payload).
+        source: serde_json::Error,
+    },
     /// A required oneof was empty.
     #[error("message has no {0}")]
     Missing(&'static str),
@@ -32,12 +44,22 @@ pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, WireError> {
     Ok(serde_json::to_vec(v)?)
 }
 
-/// Deserializes a payload tagged with `encoding`.
+/// Deserializes a payload tagged with `encoding`; an error names the field path. Never
+/// panics on any bytes (serde_json bounds its recursion at 128 levels).
 pub fn decode<T: DeserializeOwned>(encoding: i32, bytes: &[u8]) -> Result<T, WireError> {
     if encoding != Encoding::Json as i32 {
         return Err(WireError::UnknownEncoding(encoding));
     }
-    Ok(serde_json::from_slice(bytes)?)
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| WireError::Field {
+        field: e.path().to_string(),
+        source: e.into_inner(),
+    })?;
+    de.end().map_err(|source| WireError::Field {
+        field: ".".to_string(),
+        source,
+    })?;
+    Ok(value)
 }
 
 /// Frames a serialized request.
