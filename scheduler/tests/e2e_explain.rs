@@ -1,7 +1,7 @@
 //! End to end on the testbed: `phalanx explain` and `phalanx status` against three
 //! `phalanx serve --shards 6` replicas, each serving the admin service (`--admin-listen`,
-//! `--admin-peers`) over their mutual TLS. A gang too big for the cluster (17 pods of 8
-//! GPUs on 16 nodes of 8) stays pending; `phalanx explain` asked through a replica that
+//! `--admin-peers`) over their mutual TLS. A gang that cannot fit (17 pods of 9 GPUs on 16
+//! nodes of 8) stays pending; `phalanx explain` asked through a replica that
 //! does NOT own the gang's home shard is forwarded to the owner and gives the numbers;
 //! `phalanx status` lists every replica and shard and the pending gang; a malformed
 //! request is refused naming the field; and with no admin service to reach, `--kubeconfig`
@@ -31,7 +31,9 @@ use testbed::{Check, DEADLINE, GPU, Replica, poll};
 
 const SHARDS: u32 = 6;
 const PODS: u32 = 17;
-const GPUS_PER_POD: u32 = 8;
+/// More than a node's 8: every node fails the first pod, so the explanation counts nodes
+/// per reason.
+const GPUS_PER_POD: u32 = 9;
 
 struct Env {
     rt: tokio::runtime::Runtime,
@@ -46,7 +48,7 @@ impl Env {
     /// `phalanx <args>` with replica 1's certificate as the client's; (exit ok, stdout,
     /// stderr).
     fn phalanx(&self, args: &[String]) -> Result<(bool, String, String), String> {
-        let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+        let out = Command::new(testbed::phalanx_bin())
             .args(args)
             .args(testbed::tls_flags(&self.dir, 1))
             .output()
@@ -164,7 +166,15 @@ fn wait_owned(env: &Env) -> Result<BTreeMap<u64, u64>, String> {
 }
 
 /// `phalanx explain` through a replica that does not own the gang's shard.
-fn check_explain_forwarded(env: &Env, key: &str, owner: u64) -> Check {
+fn check_explain_forwarded(env: &Env, replicas: &[Replica], key: &str, owner: u64) -> Check {
+    let cycles = |r: &Replica| r.counter("phalanx_cycles_total").unwrap_or(-1.0);
+    let before: Vec<f64> = replicas.iter().map(cycles).collect();
+    let result = explain_forwarded(env, key, owner);
+    let after: Vec<f64> = replicas.iter().map(cycles).collect();
+    result.map_err(|e| format!("{e} (cycles per replica before {before:?}, after {after:?})"))
+}
+
+fn explain_forwarded(env: &Env, key: &str, owner: u64) -> Check {
     let other = (1..=3).find(|id| *id != owner).ok_or("no other replica")?;
     let want = [
         format!("{PODS} pods need {GPU} {}", PODS * GPUS_PER_POD),
@@ -187,7 +197,10 @@ fn check_explain_forwarded(env: &Env, key: &str, owner: u64) -> Check {
         if !ok {
             return Err(format!("phalanx explain failed: {err}"));
         }
-        Ok(want.iter().all(|w| out.contains(w.as_str())).then_some(out))
+        match want.iter().find(|w| !out.contains(w.as_str())) {
+            None => Ok(Some(out)),
+            Some(w) => Err(format!("{w:?} missing from:\n{out}")),
+        }
     })?;
     println!("e2e: phalanx explain {key} through replica {other}:\n{text}");
     Ok(format!(
@@ -220,13 +233,27 @@ fn check_status(env: &Env, key: &str) -> Check {
         ));
     }
     let (ok, table, err) = env.phalanx(&["status".into(), "--server".into(), env.server(2)])?;
-    let heads = [
-        "REPLICA  UP",
-        "SHARD  OWNER",
-        "QUEUE  WEIGHT",
-        "PENDING PODGROUP",
+    // Column headers, whatever the widths of the columns before them.
+    let heads: [&[&str]; 4] = [
+        &["REPLICA", "UP", "LEADER", "VOTER", "LAG"],
+        &["SHARD", "OWNER", "EPOCH", "NODES", "QUEUES"],
+        &[
+            "QUEUE",
+            "WEIGHT",
+            "SHARD",
+            "PENDING",
+            "ALLOCATED",
+            "DESERVED",
+            "CAPABILITY",
+        ],
+        &["PENDING", "PODGROUP", "QUEUE", "SHARD", "AGE", "MESSAGE"],
     ];
-    if !ok || !heads.iter().all(|h| table.contains(h)) || !table.contains(key) {
+    let has = |h: &[&str]| {
+        table
+            .lines()
+            .any(|l| l.split_whitespace().eq(h.iter().copied()))
+    };
+    if !ok || !heads.iter().all(|h| has(h)) || !table.contains(key) {
         return Err(format!("the table through replica 2: {err}\n{table}"));
     }
     println!("e2e: phalanx status:\n{table}");
@@ -320,7 +347,7 @@ fn explain_through_a_replica_that_does_not_own_the_shard_and_status_of_every_rep
             let key = format!("{}/too-big", env.ns);
             results.push((
                 "explain through a replica that does not own the shard",
-                check_explain_forwarded(&env, &key, owner),
+                check_explain_forwarded(&env, &replicas, &key, owner),
             ));
             results.push((
                 "status lists every replica and shard",

@@ -135,8 +135,12 @@ pub fn render_api_view(key: &ObjectKey, pg: &serde_json::Value, events: &[KubeEv
             text(&c["message"])
         );
     }
+    // Events written through events.k8s.io carry only eventTime; core ones lastTimestamp.
+    let when = |e: &KubeEvent| {
+        (e.last_timestamp.as_ref().map(|t| t.0)).or(e.event_time.as_ref().map(|t| t.0))
+    };
     let mut events: Vec<&KubeEvent> = events.iter().collect();
-    events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+    events.sort_by_key(|e| when(e));
     if !events.is_empty() {
         let _ = writeln!(
             out,
@@ -149,9 +153,7 @@ pub fn render_api_view(key: &ObjectKey, pg: &serde_json::Value, events: &[KubeEv
         let _ = writeln!(
             out,
             "    {} {:<7} {:<20} {} (x{})",
-            e.last_timestamp
-                .as_ref()
-                .map_or("-".to_string(), |t| t.0.to_string()),
+            when(e).map_or("-".to_string(), |t| t.to_string()),
             e.type_.as_deref().unwrap_or("-"),
             e.reason.as_deref().unwrap_or("-"),
             e.message.as_deref().unwrap_or(""),
