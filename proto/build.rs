@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raft.proto",
         "proto/ledger.proto",
         "proto/coord.proto",
+        "proto/admin.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -6,7 +6,7 @@
 //! | [`raft`] | `phalanx.raft.v1` | `RaftService` (AppendEntries, Vote, InstallSnapshot) |
 //! | [`ledger`] | `phalanx.ledger.v1` | `LedgerService` (Propose, Read) |
 //! | [`coord`] | `phalanx.coord.v1` | `CoordinatorService` (Prepare, PrepareReply, Decide, Query) |
-//! | reserved | `phalanx.admin.v1` | name only, see `proto/RESERVED.md` |
+//! | [`admin`] | `phalanx.admin.v1` | `AdminService` (Explain, Status) |
 
 /// The generated packages, nested as their proto package names are (the generated code
 /// refers to sibling packages through `super::`).
@@ -26,6 +26,13 @@ pub mod phalanx {
             tonic::include_proto!("phalanx.coord.v1");
         }
     }
+    /// `phalanx.admin`.
+    pub mod admin {
+        /// `phalanx.admin.v1`: the operator's explain and status.
+        pub mod v1 {
+            tonic::include_proto!("phalanx.admin.v1");
+        }
+    }
     /// `phalanx.ledger`.
     pub mod ledger {
         /// `phalanx.ledger.v1`: the ledger client API.
@@ -35,6 +42,7 @@ pub mod phalanx {
     }
 }
 
+pub use phalanx::admin::v1 as admin;
 pub use phalanx::coord::v1 as coord;
 pub use phalanx::ledger::v1 as ledger;
 pub use phalanx::raft::v1 as raft;

@@ -8,6 +8,7 @@ use phalanx_scheduler::framework::HomePool;
 use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
 use phalanx_scheduler::model::ObjectKey;
+use phalanx_scheduler::serve::admin::{cli as admin_cli, render as admin_render};
 use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
 use phalanx_scheduler::simulate::scenario::{ScenarioOptions, explain, render, run_workload};
@@ -39,6 +40,59 @@ enum Command {
     /// Run one scheduler replica against a Kubernetes API server. Each replica hosts one
     /// ledger replica and schedules the shards the ledger's Raft leader assigns it.
     Serve(Box<ServeArgs>),
+    /// Why is this PodGroup where it is? Asks a running `phalanx serve` replica's admin
+    /// service (the owner of the PodGroup's shard answers); with --kubeconfig, falls back to
+    /// the PodGroup's conditions and Events on the API server when no replica answers.
+    Explain(Box<ExplainArgs>),
+    /// Replicas (up, leader, lag), shards (owner, epoch, queues, nodes), queues and the
+    /// oldest pending PodGroups of a running deployment (the Raft leader answers).
+    Status(Box<StatusArgs>),
+}
+
+/// How `phalanx explain` and `phalanx status` reach a replica's admin service.
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// A replica's --admin-listen address, as ID=HOST:PORT (the id names the certificate
+    /// it must present; HOST:PORT alone with --insecure-plaintext).
+    #[arg(long, value_name = "ID=HOST:PORT")]
+    server: Option<String>,
+    /// A client certificate the replicas' CA signed (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA that signs every replica's certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The replicas serve --insecure-plaintext.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    insecure_plaintext: bool,
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// The PodGroup, as NAMESPACE/NAME.
+    #[arg(value_name = "NAMESPACE/PODGROUP")]
+    podgroup: String,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// When no admin service answers (or without --server): read the PodGroup's
+    /// conditions and Events from the API server of this kubeconfig instead.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// `table` or `json`.
+    #[arg(short = 'o', long, default_value = "table")]
+    output: String,
+    /// How many pending PodGroups to list, oldest first (1 to 1000).
+    #[arg(long, default_value_t = 20)]
+    top: u32,
 }
 
 #[derive(Args, Debug)]
@@ -135,11 +189,24 @@ struct ServeArgs {
     /// reach them can propose ledger commands. Warned about every minute.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
     insecure_plaintext: bool,
+    /// Serve the admin service (`phalanx explain`, `phalanx status`) here, over the same
+    /// mutual TLS as the other ports.
+    #[arg(long, value_name = "IP:PORT")]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// Every replica's admin service address, as id=host:port, comma-separated: a replica
+    /// forwards an explain to the shard's owner, a status to the Raft leader.
+    #[arg(long, default_value = "", value_name = "ID=HOST:PORT,...")]
+    admin_peers: String,
 }
 
 /// `--tls-cert/--tls-key/--tls-ca` (all three) or `--insecure-plaintext`.
-fn tls_flags(args: &ServeArgs) -> Result<Option<phalanx_statestore::TlsFiles>, String> {
-    if args.insecure_plaintext {
+fn tls_flags(
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+    ca: &Option<PathBuf>,
+    insecure_plaintext: bool,
+) -> Result<Option<phalanx_statestore::TlsFiles>, String> {
+    if insecure_plaintext {
         return Ok(None);
     }
     let need = |v: &Option<PathBuf>, flag: &str| {
@@ -148,9 +215,9 @@ fn tls_flags(args: &ServeArgs) -> Result<Option<phalanx_statestore::TlsFiles>, S
         })
     };
     Ok(Some(phalanx_statestore::TlsFiles {
-        cert: need(&args.tls_cert, "--tls-cert")?,
-        key: need(&args.tls_key, "--tls-key")?,
-        ca: need(&args.tls_ca, "--tls-ca")?,
+        cert: need(cert, "--tls-cert")?,
+        key: need(key, "--tls-key")?,
+        ca: need(ca, "--tls-ca")?,
     }))
 }
 
@@ -240,6 +307,130 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(*args),
         Command::Crds => crds(),
         Command::Serve(args) => serve(*args),
+        Command::Explain(args) => admin_explain(*args),
+        Command::Status(args) => admin_status(*args),
+    }
+}
+
+/// The transport and the replica (id, address) `--server` and the TLS flags name.
+fn admin_target(
+    c: &ClientArgs,
+) -> Result<Option<(phalanx_statestore::Transport, u64, String)>, String> {
+    let Some(server) = &c.server else {
+        return Ok(None);
+    };
+    let files = tls_flags(&c.tls_cert, &c.tls_key, &c.tls_ca, c.insecure_plaintext)?;
+    let (id, addr) = admin_cli::parse_server(server, files.is_some())?;
+    let transport = match files {
+        None => phalanx_statestore::Transport::Plaintext,
+        Some(f) => phalanx_statestore::Transport::Tls(
+            phalanx_statestore::TlsState::load(f).map_err(|e| e.to_string())?,
+        ),
+    };
+    Ok(Some((transport, id, addr)))
+}
+
+fn client_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the client runtime: {e}"))
+}
+
+fn admin_explain(args: ExplainArgs) -> ExitCode {
+    let Some((ns, name)) = args.podgroup.split_once('/') else {
+        eprintln!(
+            "error: {:?}: give the PodGroup as NAMESPACE/NAME",
+            args.podgroup
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    };
+    let key = ObjectKey::new(ns, name);
+    let target = match admin_target(&args.client) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if target.is_none() && args.kubeconfig.is_none() {
+        eprintln!(
+            "error: give --server ID=HOST:PORT (a replica's --admin-listen), --kubeconfig, or both"
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let rt = match client_runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some((transport, id, addr)) = &target {
+        match rt.block_on(admin_cli::explain(addr, *id, transport, &key)) {
+            Ok(reply) => {
+                print!("{}", admin_render::explain_text(&reply));
+                return ExitCode::SUCCESS;
+            }
+            Err(e) if args.kubeconfig.is_some() => {
+                eprintln!("warning: {e}; reading what the API server holds instead");
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let Some(kubeconfig) = &args.kubeconfig else {
+        return ExitCode::FAILURE;
+    };
+    match rt.block_on(admin_cli::explain_from_api_server(kubeconfig, &key)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn admin_status(args: StatusArgs) -> ExitCode {
+    if !matches!(args.output.as_str(), "table" | "json") {
+        eprintln!("error: -o {:?}: must be table or json", args.output);
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if !(1..=1000).contains(&args.top) {
+        eprintln!("error: --top {}: must be 1 to 1000", args.top);
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let (transport, id, addr) = match admin_target(&args.client) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            eprintln!("error: --server ID=HOST:PORT (a replica's --admin-listen) is required");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let reply = client_runtime()
+        .and_then(|rt| rt.block_on(admin_cli::status(&addr, id, &transport, args.top)));
+    match reply {
+        Ok(r) if args.output == "json" => {
+            println!("{:#}", admin_render::status_json(&r));
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            print!("{}", admin_render::status_table(&r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -267,6 +458,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let admin_peers = match parse_peers(&args.admin_peers) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: --admin-peers: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -301,7 +499,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     };
-    let tls = match tls_flags(&args) {
+    let tls = match tls_flags(
+        &args.tls_cert,
+        &args.tls_key,
+        &args.tls_ca,
+        args.insecure_plaintext,
+    ) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
@@ -332,6 +535,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         coord_listen: args.coord_listen,
         coord_peers,
         job_controller: args.job_controller,
+        admin_listen: args.admin_listen,
+        admin_peers,
     };
     if let Err(e) = check_sharding_flags(
         opts.shards,

@@ -1,5 +1,7 @@
-//! "Why is this PodGroup where it is?" in numbers: for the Unschedulable condition's message
-//! and for `phalanx simulate --explain NAMESPACE/PODGROUP`.
+//! "Why is this PodGroup where it is?" in numbers: for the Unschedulable condition's message,
+//! for `phalanx simulate --explain NAMESPACE/PODGROUP` and for `phalanx explain` against a
+//! running `phalanx serve` (its admin service, `serve/admin`): both run one dry cycle on
+//! the cluster as they see it and call [`explain`] and [`render_events`].
 //!
 //! Example: `11 pods need nvidia.com/gpu 11; 8 free on 8 nodes; 3 nodes have 0 free;
 //! queue research-team: capability 16, allocated 12`.
@@ -97,6 +99,29 @@ pub fn gang_numbers(state: &SessionState, job: JobId, cluster: &FreeSummary) -> 
     Some(out)
 }
 
+/// Where a gang with pods pending stands among its queue's gangs with pods pending, in the
+/// job order of the configured plugins (the order allocate tries them in); `None` when it
+/// has none pending or no queue.
+fn queue_place(session: &Session, job: JobId) -> Option<String> {
+    let state = &session.state;
+    let q = state.jobs[job].queue?;
+    let waiting = |j: JobId| {
+        let info = &state.jobs[j];
+        info.queue == Some(q) && !info.shadow && state.pending_tasks(j).next().is_some()
+    };
+    if !waiting(job) {
+        return None;
+    }
+    let mut order: Vec<JobId> = (0..state.jobs.len()).filter(|&j| waiting(j)).collect();
+    order.sort_by(|&a, &b| session.plugins.job_order(state, a, b).then(a.cmp(&b)));
+    let place = order.iter().position(|&j| j == job)? + 1;
+    Some(format!(
+        "place in queue {}: {place} of {} gangs with pods pending (the plugins' job order)",
+        state.queues[q].queue.name,
+        order.len()
+    ))
+}
+
 /// The full explanation of one PodGroup after a cycle, for `--explain`.
 pub fn explain(session: &Session, key: &ObjectKey) -> String {
     let state = &session.state;
@@ -168,6 +193,9 @@ pub fn explain(session: &Session, key: &ObjectKey) -> String {
             );
         }
     }
+    if let Some(place) = queue_place(session, job) {
+        let _ = writeln!(out, "  {place}");
+    }
     let t = &j.timeout;
     if let Some(timeout) = t.timeout_ms {
         let _ = writeln!(
@@ -226,4 +254,33 @@ pub fn explain(session: &Session, key: &ObjectKey) -> String {
         );
     }
     out
+}
+
+/// The last ten of `events` (time in ms, the Event), oldest first, under the heading the
+/// explanation uses, each time as `time` writes it (the simulator: seconds of simulated
+/// time; a live replica: how long ago); nothing when there are none.
+pub fn render_events(
+    out: &mut String,
+    events: &[(u64, &crate::framework::Event)],
+    time: &dyn Fn(u64) -> String,
+) {
+    if events.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  events (last {} of {}):",
+        events.len().min(10),
+        events.len()
+    );
+    for (at, e) in events.iter().rev().take(10).rev() {
+        let _ = writeln!(
+            out,
+            "    {:>9} {:<7} {:<20} {}",
+            time(*at),
+            e.kind,
+            e.reason,
+            e.message
+        );
+    }
 }

@@ -25,6 +25,7 @@
 //! previous owner of a shard committed but did not bind, releases those of pods that are
 //! gone, and accounts pods that other schedulers bound.
 
+pub mod admin;
 pub mod http;
 pub mod identity;
 pub mod jobs;
@@ -97,6 +98,10 @@ pub struct ServeOptions {
     /// `--tls-cert/--tls-key/--tls-ca`: mutual TLS on the ledger and the
     /// CoordinatorService; `None` only with `--insecure-plaintext`.
     pub tls: Option<TlsFiles>,
+    /// Serve the admin service (`admin.rs`: explain, status) here.
+    pub admin_listen: Option<SocketAddr>,
+    /// Every replica's admin address, for forwarding to a shard's owner or the leader.
+    pub admin_peers: BTreeMap<u64, String>,
 }
 
 /// What `ShardingConfig` says about `--shards` and `--shard-by-label`.
@@ -326,8 +331,10 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     desired
         .entry(opts.id)
         .or_insert_with(|| opts.listen.to_string());
+    let admin = start_admin(&runtime, &opts, &map, &transport)?;
     let ledger = ServeLedger::new(handle, client, SINGLE_SHARD, 0);
     let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone(), twophase);
+    me.set_admin(admin.clone());
     let period = Duration::from_millis(opts.period_ms.max(10));
     let mut last_leader = None;
     while !stopping.load(Ordering::Relaxed) {
@@ -345,6 +352,9 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         gauge!(metric::RAFT_LEARNERS).set(membership.learner_ids().count() as f64);
         me.set_members(voters);
         me.period(&mut cluster, leader.then_some(metrics.current_term));
+        if let Some(admin) = &admin {
+            admin.publish_raft(raft_view(&metrics), me.running());
+        }
         // Only the leader acts on Jobs: one replica at a time, and a new leader picks up
         // from the Jobs' status on the API server.
         if let (true, Some(jc)) = (leader, job_controller.as_mut()) {
@@ -359,6 +369,50 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     runtime
         .block_on(replica.shutdown())
         .map_err(|e| ServeError::Stop(format!("ledger replica {}: {e}", opts.id)))
+}
+
+/// Serves the admin service on `--admin-listen`, over the replicas' transport.
+fn start_admin(
+    runtime: &tokio::runtime::Runtime,
+    opts: &ServeOptions,
+    map: &ShardMap,
+    transport: &Transport,
+) -> Result<Option<Arc<admin::AdminShared>>, ServeError> {
+    let Some(addr) = opts.admin_listen else {
+        return Ok(None);
+    };
+    let shared = admin::AdminShared::new(
+        opts.id,
+        map.clone(),
+        opts.conf.clone(),
+        opts.scheduler_name.clone(),
+        opts.admin_peers.clone(),
+        transport.clone(),
+    );
+    let bound = runtime
+        .block_on(admin::serve(addr, shared.clone(), transport.clone()))
+        .map_err(|e| ServeError::Start(format!("--admin-listen {addr}: {e}")))?;
+    tracing::info!(addr = %bound, "serving the admin service");
+    Ok(Some(shared))
+}
+
+/// What the admin service says about Raft: leader, term, members and, on the leader,
+/// what each follower matched.
+fn raft_view(metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>) -> admin::RaftView {
+    let membership = metrics.membership_config.membership();
+    admin::RaftView {
+        leader: metrics.current_leader,
+        term: metrics.current_term,
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        last_log_index: metrics.last_log_index.unwrap_or(0),
+        matched: metrics
+            .replication
+            .iter()
+            .flatten()
+            .map(|(id, m)| (*id, m.map_or(0, |l| l.index)))
+            .collect(),
+    }
 }
 
 /// The ledger replica's Raft figures, and a leader change when the leader it sees differs

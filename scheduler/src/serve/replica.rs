@@ -24,6 +24,7 @@ use metrics::{counter, gauge, histogram};
 use phalanx_statestore::LedgerState;
 use phalanx_statestore::ledger::{Epoch, LeaderTerm, ReplicaId, ShardId};
 
+use super::admin::AdminShared;
 use super::http::Health;
 use super::leader::{node_commands, owners, shard_moves};
 use super::lease::ReplicaLeases;
@@ -63,6 +64,8 @@ pub struct ShardedReplica {
     started: Instant,
     /// The 2PC between replicas, when `--coord-listen` is given.
     twophase: Option<TwoPhase>,
+    /// Where each period's view goes for the admin service (`--admin-listen`).
+    admin: Option<Arc<AdminShared>>,
 }
 
 impl ShardedReplica {
@@ -86,7 +89,13 @@ impl ShardedReplica {
             watch: None,
             started: Instant::now(),
             twophase,
+            admin: None,
         }
+    }
+
+    /// Publish each period's snapshot, ledger state, decisions and 2PC ends to `admin`.
+    pub fn set_admin(&mut self, admin: Option<Arc<AdminShared>>) {
+        self.admin = admin;
     }
 
     fn now_ms(&self) -> u64 {
@@ -222,6 +231,9 @@ impl ShardedReplica {
         if let Some(tp) = self.twophase.as_mut() {
             tp.follow(&self.owned, &state);
         }
+        if let Some(admin) = &self.admin {
+            admin.publish_view(&snapshot, &state, &self.owned);
+        }
         if self.owned.is_empty() {
             // Another replica reports these gangs now; stale series would say otherwise.
             self.set_cycle_gauges(String::new());
@@ -287,6 +299,9 @@ impl ShardedReplica {
         );
         self.pump_2pc(cluster, &snapshot, &state);
         self.report(cluster, &snapshot, &plan, &accepted, &kept_back);
+        if let (Some(admin), Some(tp)) = (&self.admin, self.twophase.as_mut()) {
+            admin.publish_txn_ends(tp.take_ended());
+        }
         counter!(metric::CYCLES).increment(1);
         histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
         crate::observe::cycle::record_e2e(started.elapsed());
@@ -510,6 +525,9 @@ impl ShardedReplica {
             .filter(|e| !held_back(&e.object))
             .cloned()
             .collect();
+        if let Some(admin) = &self.admin {
+            admin.publish_decisions(&events);
+        }
         for e in cluster.report_all(&statuses, &events) {
             tracing::warn!(error = %e, "status or event write failed");
         }

@@ -95,6 +95,8 @@ pub struct TwoPhase {
     open: BTreeMap<String, (TxnId, u64)>,
     /// Events for the next pump (recoveries, starts).
     pending: VecDeque<Work>,
+    /// Transactions ended since the admin service last took them (`take_ended`).
+    ended: Vec<super::admin::TxnEnd>,
 }
 
 impl std::fmt::Debug for TwoPhase {
@@ -142,6 +144,7 @@ impl TwoPhase {
             seq: 0,
             open: BTreeMap::new(),
             pending: VecDeque::new(),
+            ended: Vec::new(),
         })
     }
 
@@ -182,6 +185,11 @@ impl TwoPhase {
                 .entry(*shard)
                 .or_insert_with(|| Participant::new(*shard, *epoch, ParticipantConfig::default()));
         }
+    }
+
+    /// The transactions ended since the last call (for `phalanx explain`).
+    pub fn take_ended(&mut self) -> Vec<super::admin::TxnEnd> {
+        std::mem::take(&mut self.ended)
     }
 
     /// Whether `gang` has a transaction open.
@@ -385,6 +393,16 @@ impl TwoPhase {
                 };
                 counter!(metric::TXNS, "outcome" => name).increment(1);
                 tracing::info!(txn = %txn, outcome = name, reason = %reason, "cross-shard transaction ended");
+                // Bounded: the replica loop hands them to the admin service every period.
+                if self.ended.len() < 1024 {
+                    self.ended.push(super::admin::TxnEnd {
+                        gang: crate::coord::gang_of(&txn).unwrap_or_default().to_string(),
+                        txn: txn.to_string(),
+                        outcome: name,
+                        reason: reason.to_string(),
+                        at_ms: now_ms(),
+                    });
+                }
                 // Only the replica that started it knows when; a recovered one is not timed.
                 if let Some((_, started)) = self.open.values().find(|(t, _)| *t == txn) {
                     histogram!(metric::TXN_DECISION_LATENCY)

@@ -324,29 +324,15 @@ pub fn explain(report: &ScenarioReport, key: &ObjectKey) -> String {
     let snapshot = report.sim.snapshot();
     let (_, session) = run_cycle(&snapshot, &report.conf, &report.scheduler_name);
     let mut out = crate::framework::explain::explain(&session, key);
-    let events: Vec<_> = report
+    let events: Vec<(u64, &crate::framework::Event)> = report
         .sim
         .events()
         .iter()
         .filter(|(_, e)| &e.object == key)
+        .map(|(at, e)| (*at, e))
         .collect();
-    if !events.is_empty() {
-        let _ = writeln!(
-            out,
-            "  events (last {} of {}):",
-            events.len().min(10),
-            events.len()
-        );
-        for (at, e) in events.iter().rev().take(10).rev() {
-            let _ = writeln!(
-                out,
-                "    {:>8.1}s {:<7} {:<20} {}",
-                *at as f64 / 1000.0,
-                e.kind,
-                e.reason,
-                e.message
-            );
-        }
-    }
+    crate::framework::explain::render_events(&mut out, &events, &|at| {
+        format!("{:.1}s", at as f64 / 1000.0)
+    });
     out
 }

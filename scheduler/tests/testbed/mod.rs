@@ -94,6 +94,16 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     Ok((code, body))
 }
 
+/// The `phalanx` binary the tests run: `PHALANX_E2E_BIN` when set (a copy taken right after
+/// the build, when several checkouts share one target directory and may overwrite it),
+/// else the one cargo built for this test.
+pub fn phalanx_bin() -> PathBuf {
+    std::env::var_os("PHALANX_E2E_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_phalanx")),
+        PathBuf::from,
+    )
+}
+
 /// One `phalanx serve` process.
 pub struct Replica {
     pub id: u64,
@@ -345,7 +355,7 @@ pub fn start_replica(
         .open(&log)
         .expect("log file");
     let err = out.try_clone().expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+    let child = Command::new(phalanx_bin())
         .args(["serve", "--id", &id.to_string(), "--listen", &raft[&id]])
         .args(["--peers", &peers_flag(raft)])
         .arg("--data-dir")
