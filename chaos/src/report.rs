@@ -87,7 +87,7 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
     let _ = writeln!(s, "## Per fault\n");
     let _ = writeln!(
         s,
-        "Recovery (I5) is the time from the fault to the next bind of a pod on a shard the victim owned.\n"
+        "Recovery (I5) is the time from the fault to the next bind of a pod on a shard the victim owned (for the API-server faults, whose victim is every replica: on any shard).\n"
     );
     let _ = writeln!(
         s,
@@ -111,6 +111,10 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
         "\n| # | fault | victim | parameters | start | healed |\n|---:|---|---:|---|---:|---:|"
     );
     for (i, (kind, victim, detail, start, end)) in meta.injections.iter().enumerate() {
+        let victim = match *victim {
+            crate::faults::ALL_REPLICAS => "all".to_string(),
+            v => v.to_string(),
+        };
         let _ = writeln!(
             s,
             "| {} | {kind} | {victim} | {detail} | {start} ms | {end} ms |",
@@ -159,12 +163,15 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
     s
 }
 
-const KIND_COLOURS: [(&str, &str); 5] = [
+const KIND_COLOURS: [(&str, &str); 8] = [
     ("leader-kill", "#d62728"),
     ("owner-kill", "#ff7f0e"),
     ("follower-kill", "#9467bd"),
     ("leader-pause", "#1f77b4"),
     ("owner-pause", "#2ca02c"),
+    ("api-latency", "#8c564b"),
+    ("api-errors", "#e377c2"),
+    ("watch-cut", "#17becf"),
 ];
 
 fn colour(kind: &str) -> &'static str {
