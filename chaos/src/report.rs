@@ -38,6 +38,8 @@ pub struct Meta {
     pub history: String,
     /// One row per injection: kind, victim, parameters, start and healing (ms).
     pub injections: Vec<(String, u64, String, u64, u64)>,
+    /// How phalanx's replicas fail over (their lease), for the side-by-side table.
+    pub failover: String,
 }
 
 fn ms(v: Option<u64>) -> String {
@@ -59,7 +61,12 @@ pub fn write(
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("throughput.svg"), throughput_svg(history))?;
     std::fs::write(dir.join("recovery.svg"), recovery_svg(rec))?;
-    std::fs::write(path, markdown(meta, cases))?;
+    let baseline = crate::baseline::load(&dir.join(crate::baseline::JSON))?;
+    let mut text = markdown(meta, cases);
+    if let Some(b) = &baseline {
+        text.push_str(&side_by_side(meta, cases, b));
+    }
+    std::fs::write(path, text)?;
     Ok(())
 }
 
@@ -160,6 +167,55 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
         "The history of this run was `{}` (JSON lines; `phalanx-chaos --check-history FILE` checks it again).",
         meta.history
     );
+    s
+}
+
+/// phalanx's leader-kill recovery of this run beside the kube-scheduler baseline's.
+fn side_by_side(meta: &Meta, cases: &[Case], b: &crate::baseline::Baseline) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n## Side by side: leader SIGKILL, phalanx and kube-scheduler\n"
+    );
+    let _ = writeln!(
+        s,
+        "phalanx: the `leader-kill` case of this run (fault to next bind on the victim's shards). \
+         kube-scheduler: its own run in the same harness on the same testbed, \
+         [BASELINE-kube-scheduler.md](BASELINE-kube-scheduler.md), made by `{}` \
+         (kill to the first bind after the Lease changed hands).\n",
+        b.command
+    );
+    let _ = writeln!(
+        s,
+        "| scheduler | fails over by | kills | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|"
+    );
+    let r = cases
+        .iter()
+        .find(|c| c.name == "leader-kill")
+        .map(|c| c.recovery_ms.clone())
+        .unwrap_or_default();
+    let bind = crate::baseline::times(b, |x| x.next_bind_ms);
+    let l = b.lease;
+    for (who, how, v) in [
+        ("phalanx", meta.failover.clone(), &r),
+        (
+            b.kube_scheduler.as_str(),
+            format!(
+                "the Lease kube-system/kube-scheduler: lease {} s, renew deadline {} s, retry period {} s",
+                l.lease_s, l.renew_deadline_s, l.retry_period_s
+            ),
+            &bind,
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            "| {who} | {how} | {} | {} | {} | {} |",
+            v.len(),
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(v.iter().max().copied())
+        );
+    }
     s
 }
 
