@@ -2,10 +2,12 @@
 //! testbed, a seeded workload, faults drawn from the seed and injected by pid, a recorded
 //! history, checkers over it, and a report. See chaos/README.md.
 
+mod baseline;
 mod check;
 mod faults;
 mod fleet;
 mod history;
+mod proxy;
 mod recorder;
 mod report;
 mod run;
@@ -24,8 +26,14 @@ use crate::report::Case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
-    /// Every fault kind `--per-kind` times (2 by default): about 3 minutes.
+    /// Every fault kind `--per-kind` times (2 by default): about 2 minutes.
     Ci,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BaselineKind {
+    /// Two upstream kube-scheduler processes with leader election, leader SIGKILL.
+    KubeScheduler,
 }
 
 #[derive(Debug, Parser)]
@@ -37,6 +45,21 @@ struct Cli {
     /// Run the CI matrix.
     #[arg(long, value_enum, conflicts_with_all = ["soak", "check_history"])]
     matrix: Option<Matrix>,
+    /// Measure another scheduler's leader failover on the same testbed instead (not in
+    /// the CI matrix: CI does not build kube-scheduler). Writes
+    /// BASELINE-kube-scheduler.md and baseline-kube-scheduler.json beside the report.
+    #[arg(long, value_enum, conflicts_with_all = ["matrix", "soak", "check_history"])]
+    baseline: Option<BaselineKind>,
+    /// The kube-scheduler binary [default: `testbed tool-path kube-scheduler`].
+    #[arg(long)]
+    kube_scheduler: Option<PathBuf>,
+    /// Leader kills in the baseline.
+    #[arg(long, default_value_t = 6)]
+    kills: usize,
+    /// The baseline's Lease duration, renew deadline and retry period in seconds
+    /// [default: Kubernetes' 15,10,2].
+    #[arg(long, value_delimiter = ',', num_args = 3)]
+    baseline_lease: Vec<u64>,
     /// Cycle through every fault kind for this long (`90s`, `30m`, `2h`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "check_history")]
     soak: Option<Duration>,
@@ -81,6 +104,10 @@ struct Cli {
     /// The testbed script (used as it is if up, else brought up and down).
     #[arg(long)]
     testbed: Option<PathBuf>,
+    /// Give the replicas kube-apiserver's own address instead of the harness's API-server
+    /// proxy (then the api-latency, api-errors and watch-cut faults cannot be injected).
+    #[arg(long)]
+    direct_api: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -231,8 +258,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.check_history {
         Some(path) => offline(&cli, path),
+        None if cli.baseline.is_some() => run_baseline(&cli),
         None if cli.matrix.is_none() && cli.soak.is_none() => Err(anyhow::anyhow!(
-            "nothing to do: give --matrix ci, --soak DURATION or --check-history FILE"
+            "nothing to do: give --matrix ci, --soak DURATION, --baseline kube-scheduler or --check-history FILE"
         )),
         None => live(&cli),
     };
@@ -279,6 +307,14 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
     };
     std::fs::create_dir_all(&out)?;
     let kinds = kinds_of(cli);
+    if cli.direct_api
+        && let Some(k) = kinds.iter().find(|k| k.through_proxy())
+    {
+        anyhow::bail!(
+            "--direct-api: fault {} goes through the API-server proxy; leave it out with --faults",
+            k.name()
+        );
+    }
     let (schedule, until) = match cli.soak {
         Some(d) => (
             faults::schedule(cli.seed, &kinds, 100_000, cli.lease_ms),
@@ -306,6 +342,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
         warmup_ms: 5000,
         interval_ms: cli.interval_ms,
         max_in_flight: cli.max_in_flight,
+        api_proxy: !cli.direct_api,
     };
     let history_path = out.join("history.jsonl");
     let o = run::run(&config, &history_path, &workspace().join("deploy/crds"))?;
@@ -337,20 +374,96 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
             ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on", cli.shards, cli.period_ms, cli.lease_ms)),
+            ("API server as the replicas see it".into(), if cli.direct_api {
+                "kube-apiserver itself (--direct-api)".into()
+            } else {
+                "the harness's proxy (chaos/src/proxy.rs): TLS terminated with the testbed's apiserver certificate, HTTP/1.1, then TLS to kube-apiserver as the testbed admin; the recorder and the workload talk to kube-apiserver directly".into()
+            }),
         ],
         workload: format!(
             "a gang every {} ms while fewer than {} are in flight: {} created, {} finished and deleted, {} never bound and withdrawn, {} create errors",
             cli.interval_ms, cli.max_in_flight, s.created.load(ld), s.finished.load(ld), s.given_up.load(ld), s.errors.load(ld)
         ),
         i3_note: o.i3_note.clone(),
+        failover: format!(
+            "shard Leases of {} ms (`--shard-lease-ms`) and a Raft election, 3 replicas",
+            cli.lease_ms
+        ),
         history: history_path.display().to_string(),
         injections: o
             .injected
             .iter()
-            .map(|i| (i.fault.kind.name().to_string(), i.victim, i.fault.detail(), i.start_ms, i.end_ms))
+            .map(|i| {
+                let detail = match i.note.is_empty() {
+                    true => i.fault.detail(),
+                    false => format!("{} ({})", i.fault.detail(), i.note),
+                };
+                (i.fault.kind.name().to_string(), i.victim, detail, i.start_ms, i.end_ms)
+            })
             .collect(),
     };
     report::write(&cli.report, &meta, &cases, &o.history, &rec)?;
     println!("chaos: report {}", cli.report.display());
     Ok(ok)
+}
+
+fn run_baseline(cli: &Cli) -> anyhow::Result<bool> {
+    let script = cli
+        .testbed
+        .clone()
+        .unwrap_or_else(|| workspace().join("deploy/testbed/testbed"));
+    let binary = match &cli.kube_scheduler {
+        Some(b) => b.clone(),
+        None => PathBuf::from(testbed::tool_path(&script, "kube-scheduler")?),
+    };
+    let lease = match cli.baseline_lease.as_slice() {
+        [] => baseline::DEFAULT_LEASE,
+        [l, r, p] => baseline::LeaseFlags {
+            lease_s: *l,
+            renew_deadline_s: *r,
+            retry_period_s: *p,
+        },
+        v => anyhow::bail!("--baseline-lease {v:?}: expected three numbers of seconds, as 15,10,2"),
+    };
+    let out = match &cli.out {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("phalanx-chaos-baseline-{}", stamp())),
+    };
+    std::fs::create_dir_all(&out)?;
+    let bed = testbed::Testbed::ensure(&script, 16, 4)?;
+    let config = baseline::BaselineConfig {
+        binary,
+        kubeconfig: bed.kubeconfig.clone(),
+        dir: out.clone(),
+        namespace: format!("chaos-baseline-{}", stamp()),
+        injections: cli.kills,
+        interval_ms: cli.interval_ms,
+        lease,
+    };
+    let b = baseline::run(&config, reproduce(cli))?;
+    drop(bed);
+    let dir = cli
+        .report
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join(baseline::JSON),
+        serde_json::to_string_pretty(&b)? + "\n",
+    )?;
+    std::fs::write(
+        dir.join("BASELINE-kube-scheduler.md"),
+        baseline::markdown(&b),
+    )?;
+    let bind = baseline::times(&b, |s| s.next_bind_ms);
+    let p = |q| report::percentile(&bind, q).map_or("-".into(), |v| format!("{v} ms"));
+    println!(
+        "chaos baseline: kube-scheduler leader kill to next bind over {} kills: p50 {} p99 {}; logs in {}",
+        bind.len(),
+        p(0.5),
+        p(0.99),
+        out.display()
+    );
+    Ok(bind.len() == cli.kills)
 }

@@ -38,6 +38,8 @@ pub struct Meta {
     pub history: String,
     /// One row per injection: kind, victim, parameters, start and healing (ms).
     pub injections: Vec<(String, u64, String, u64, u64)>,
+    /// How phalanx's replicas fail over (their lease), for the side-by-side table.
+    pub failover: String,
 }
 
 fn ms(v: Option<u64>) -> String {
@@ -59,7 +61,12 @@ pub fn write(
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("throughput.svg"), throughput_svg(history))?;
     std::fs::write(dir.join("recovery.svg"), recovery_svg(rec))?;
-    std::fs::write(path, markdown(meta, cases))?;
+    let baseline = crate::baseline::load(&dir.join(crate::baseline::JSON))?;
+    let mut text = markdown(meta, cases);
+    if let Some(b) = &baseline {
+        text.push_str(&side_by_side(meta, cases, b));
+    }
+    std::fs::write(path, text)?;
     Ok(())
 }
 
@@ -87,7 +94,7 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
     let _ = writeln!(s, "## Per fault\n");
     let _ = writeln!(
         s,
-        "Recovery (I5) is the time from the fault to the next bind of a pod on a shard the victim owned.\n"
+        "Recovery (I5) is the time from the fault to the next bind of a pod on a shard the victim owned (for the API-server faults, whose victim is every replica: on any shard).\n"
     );
     let _ = writeln!(
         s,
@@ -111,6 +118,10 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
         "\n| # | fault | victim | parameters | start | healed |\n|---:|---|---:|---|---:|---:|"
     );
     for (i, (kind, victim, detail, start, end)) in meta.injections.iter().enumerate() {
+        let victim = match *victim {
+            crate::faults::ALL_REPLICAS => "all".to_string(),
+            v => v.to_string(),
+        };
         let _ = writeln!(
             s,
             "| {} | {kind} | {victim} | {detail} | {start} ms | {end} ms |",
@@ -159,12 +170,64 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
     s
 }
 
-const KIND_COLOURS: [(&str, &str); 5] = [
+/// phalanx's leader-kill recovery of this run beside the kube-scheduler baseline's.
+fn side_by_side(meta: &Meta, cases: &[Case], b: &crate::baseline::Baseline) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n## Side by side: leader SIGKILL, phalanx and kube-scheduler\n"
+    );
+    let _ = writeln!(
+        s,
+        "phalanx: the `leader-kill` case of this run (fault to next bind on the victim's shards). \
+         kube-scheduler: its own run in the same harness on the same testbed, \
+         [BASELINE-kube-scheduler.md](BASELINE-kube-scheduler.md), made by `{}` \
+         (kill to the first bind after the Lease changed hands).\n",
+        b.command
+    );
+    let _ = writeln!(
+        s,
+        "| scheduler | fails over by | kills | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|"
+    );
+    let r = cases
+        .iter()
+        .find(|c| c.name == "leader-kill")
+        .map(|c| c.recovery_ms.clone())
+        .unwrap_or_default();
+    let bind = crate::baseline::times(b, |x| x.next_bind_ms);
+    let l = b.lease;
+    for (who, how, v) in [
+        ("phalanx", meta.failover.clone(), &r),
+        (
+            b.kube_scheduler.as_str(),
+            format!(
+                "the Lease kube-system/kube-scheduler: lease {} s, renew deadline {} s, retry period {} s",
+                l.lease_s, l.renew_deadline_s, l.retry_period_s
+            ),
+            &bind,
+        ),
+    ] {
+        let _ = writeln!(
+            s,
+            "| {who} | {how} | {} | {} | {} | {} |",
+            v.len(),
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(v.iter().max().copied())
+        );
+    }
+    s
+}
+
+const KIND_COLOURS: [(&str, &str); 8] = [
     ("leader-kill", "#d62728"),
     ("owner-kill", "#ff7f0e"),
     ("follower-kill", "#9467bd"),
     ("leader-pause", "#1f77b4"),
     ("owner-pause", "#2ca02c"),
+    ("api-latency", "#8c564b"),
+    ("api-errors", "#e377c2"),
+    ("watch-cut", "#17becf"),
 ];
 
 fn colour(kind: &str) -> &'static str {

@@ -2,6 +2,7 @@
 //! the workload; the fault schedule; then the end-state checks against the ledger.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use crate::check::{LedgerPlacement, Violation, check_i3};
 use crate::faults::{self, Fault};
 use crate::fleet::{Fleet, FleetConfig};
 use crate::history::{Event, Record, Writer};
+use crate::proxy::{self, Control, Proxy};
 use crate::recorder::{self, Clock, Live};
 use crate::workload::{self, GangSpec, Generator, PRIORITIES, WorkloadConfig, WorkloadStats};
 
@@ -34,6 +36,8 @@ pub struct RunConfig {
     pub warmup_ms: u64,
     pub interval_ms: u64,
     pub max_in_flight: usize,
+    /// Put the API-server proxy between the replicas and kube-apiserver.
+    pub api_proxy: bool,
 }
 
 /// One fault as injected.
@@ -43,6 +47,8 @@ pub struct Injected {
     pub victim: u64,
     pub start_ms: u64,
     pub end_ms: u64,
+    /// What the API-server proxy did during the fault (empty without a proxy).
+    pub note: String,
 }
 
 /// What a run produced.
@@ -65,6 +71,7 @@ struct Ctx {
     ns: String,
     queues: BTreeMap<u32, String>,
     clock: Clock,
+    proxy: Option<Proxy>,
 }
 
 /// A create that found the object already there is fine.
@@ -203,9 +210,11 @@ fn inject_one(
     let victim = faults::pick_victim(fleet, f.kind, seed.wrapping_add(n as u64))?;
     let shards: Vec<u32> = owners
         .iter()
-        .filter(|(_, o)| **o == victim)
+        .filter(|(_, o)| **o == victim || victim == faults::ALL_REPLICAS)
         .map(|(s, _)| *s)
         .collect();
+    let control = ctx.proxy.as_ref().map(|p| &*p.control);
+    let before = control.map(Control::counts);
     let start_ms = ctx.clock.now_ms();
     ctx.clock.emit(Event::FaultStart {
         fault: f.kind.name().to_string(),
@@ -213,8 +222,12 @@ fn inject_one(
         victim,
         shards: shards.clone(),
     });
-    faults::inject(fleet, victim, f, &mut || probe(ctx, &shards, n))?;
+    faults::inject(fleet, control, victim, f, &mut || probe(ctx, &shards, n))?;
     let end_ms = ctx.clock.now_ms();
+    let note = match (control, before) {
+        (Some(c), Some(b)) => c.counts().since(&b),
+        _ => String::new(),
+    };
     ctx.clock.emit(Event::FaultEnd {
         fault: f.kind.name().to_string(),
         victim,
@@ -229,7 +242,31 @@ fn inject_one(
         victim,
         start_ms,
         end_ms,
+        note,
     })
+}
+
+/// The proxy in front of kube-apiserver and the kubeconfig that points the replicas at
+/// it (written into `dir`), from the testbed's kubeconfig and the PKI beside it.
+async fn start_proxy(kubeconfig: &Path, dir: &Path) -> anyhow::Result<(Proxy, PathBuf)> {
+    let text = std::fs::read_to_string(kubeconfig)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
+    let pki = kubeconfig
+        .parent()
+        .map(|d| d.join("pki"))
+        .ok_or_else(|| anyhow::anyhow!("{}: no directory", kubeconfig.display()))?;
+    let (server, client) = proxy::testbed_tls(&pki)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let local = listener.local_addr()?;
+    let (upstream, redirected) = proxy::redirect_kubeconfig(&text, local)?;
+    let up = proxy::Upstream {
+        addr: upstream,
+        tls: Some(client),
+    };
+    let p = Proxy::start(listener, up, Some(server))?;
+    let path = dir.join("kubeconfig-proxy");
+    std::fs::write(&path, redirected).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((p, path))
 }
 
 /// The ledger's placements of the run's namespace.
@@ -371,6 +408,21 @@ pub fn run(
     })?;
     let ns = config.fleet.namespace.clone();
     let queues = rt.block_on(prepare(&client, &ns, &map))?;
+    let mut fleet_config = config.fleet.clone();
+    let proxy = match config.api_proxy {
+        true => {
+            let (p, path) =
+                rt.block_on(start_proxy(&fleet_config.kubeconfig, &fleet_config.dir))?;
+            eprintln!(
+                "chaos: API-server proxy on {} (the replicas' kubeconfig: {})",
+                p.addr,
+                path.display()
+            );
+            fleet_config.kubeconfig = path;
+            Some(p)
+        }
+        false => None,
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let writer = rt.spawn(write_history(rx, Writer::create(history_path)?));
     let clock = Clock {
@@ -383,6 +435,7 @@ pub fn run(
         ns,
         queues,
         clock,
+        proxy,
     };
     let live: Live = Arc::default();
     let watches = [
@@ -402,7 +455,7 @@ pub fn run(
             ctx.clock.clone(),
         )),
     ];
-    let mut fleet = Fleet::start(config.fleet.clone(), 3)?;
+    let mut fleet = Fleet::start(fleet_config, 3)?;
     let up = wait_for(
         Duration::from_secs(90),
         "3 replicas ready, every shard owned",
@@ -458,11 +511,13 @@ pub fn run(
         clock,
         client,
         ns,
+        proxy,
         ..
     } = ctx;
     drop(clock);
     let history = rt.block_on(writer)??;
     drop(fleet);
+    drop(proxy);
     let namespaces: Api<Namespace> = Api::all(client);
     let _ = rt.block_on(namespaces.delete(&ns, &DeleteParams::default()));
     Ok(Outcome {

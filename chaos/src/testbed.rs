@@ -31,6 +31,11 @@ fn run(script: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The path of a tool `testbed build` made (`testbed tool-path NAME`).
+pub fn tool_path(script: &Path, name: &str) -> anyhow::Result<String> {
+    run(script, &["tool-path", name])
+}
+
 impl Testbed {
     /// Uses the testbed that is up, or brings one up with `nodes` nodes in `zones` zones.
     pub fn ensure(script: &Path, nodes: u32, zones: u32) -> anyhow::Result<Self> {
