@@ -329,7 +329,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("phalanx-chaos".into(), env!("CARGO_PKG_VERSION").into()),
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
-            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on", cli.shards, cli.period_ms, cli.lease_ms)),
+            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms)),
         ],
         workload: format!(
             "a gang every {} ms while fewer than {} are in flight: {} created, {} finished and deleted, {} never bound and withdrawn, {} create errors",
