@@ -1,6 +1,8 @@
 //! The `phalanx serve` processes under test: started with the flags `e2e_shards` uses
 //! (shards, Leases in the run's namespace, the 2PC CoordinatorService on every replica),
-//! killed, paused and resumed by pid, and read through their /metrics.
+//! killed, paused and resumed by pid, and read through their /metrics. They run mutual TLS
+//! with certificates from deploy/tls/make-certs.sh (the script the testbed e2e and the Helm
+//! e2e use), made in the run's directory.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -37,6 +39,43 @@ pub struct Fleet {
     pub raft: BTreeMap<u64, String>,
     coord: BTreeMap<u64, String>,
     pub replicas: Vec<Replica>,
+    /// Where make-certs.sh put the CA and every replica's certificate.
+    tls_dir: PathBuf,
+}
+
+/// A CA and certificates for replicas `1..=n` in `dir` (kept when they exist), made by the
+/// one script that makes the project's certificates (`replica-<id>.crt/.key` with the SAN
+/// serve checks), in the checkout the run uses.
+fn make_certs(dir: &Path, n: u64) -> anyhow::Result<()> {
+    let script = crate::workspace().join("deploy/tls/make-certs.sh");
+    let out = Command::new(&script)
+        .arg(dir)
+        .args((1..=n).map(|id| id.to_string()))
+        .env("PHALANX_CERT_DAYS", "2")
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "running {}: {e} (it needs bash and openssl)",
+                script.display()
+            )
+        })?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} {}: {}",
+        script.display(),
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// `--tls-cert/--tls-key/--tls-ca` files of replica `id` in `dir`.
+fn tls_files(dir: &Path, id: u64) -> phalanx_statestore::TlsFiles {
+    phalanx_statestore::TlsFiles {
+        cert: dir.join(format!("replica-{id}.crt")),
+        key: dir.join(format!("replica-{id}.key")),
+        ca: dir.join("ca.crt"),
+    }
 }
 
 pub fn free_port() -> anyhow::Result<u16> {
@@ -166,6 +205,8 @@ pub fn parse_view(metrics: &str) -> View {
 impl Fleet {
     /// Starts replicas 1..=n.
     pub fn start(config: FleetConfig, n: u64) -> anyhow::Result<Self> {
+        let tls_dir = config.dir.join("tls");
+        make_certs(&tls_dir, n)?;
         let mut raft = BTreeMap::new();
         let mut coord = BTreeMap::new();
         for id in 1..=n {
@@ -177,6 +218,7 @@ impl Fleet {
             raft,
             coord,
             replicas: Vec::new(),
+            tls_dir,
         };
         for id in 1..=n {
             let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -237,9 +279,7 @@ impl Fleet {
             .args(["--lease-namespace", &c.namespace])
             .args(["--coord-listen", &self.coord[&id]])
             .args(["--coord-peers", &peers(&self.coord)])
-            // Plaintext on loopback for now: the matrix does not yet make certificates
-            // (issue 17 wants it under TLS; the testbed e2e runs with TLS on).
-            .arg("--insecure-plaintext")
+            .args(self.tls_flags(id))
             .env("PHALANX_LOG", "info,openraft=error")
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
@@ -249,6 +289,27 @@ impl Fleet {
         r.child = Some(child);
         r.paused = false;
         Ok(())
+    }
+
+    /// serve's TLS flags for replica `id`.
+    fn tls_flags(&self, id: u64) -> Vec<std::ffi::OsString> {
+        let f = tls_files(&self.tls_dir, id);
+        vec![
+            "--tls-cert".into(),
+            f.cert.into(),
+            "--tls-key".into(),
+            f.key.into(),
+            "--tls-ca".into(),
+            f.ca.into(),
+        ]
+    }
+
+    /// A ledger client of the replicas over their mutual TLS, with replica 1's certificate
+    /// (the ledger service takes any certificate of the CA; only Raft checks the id).
+    pub fn ledger_client(&self) -> anyhow::Result<phalanx_statestore::LedgerClient> {
+        let tls = phalanx_statestore::TlsState::load(tls_files(&self.tls_dir, 1))?;
+        Ok(phalanx_statestore::LedgerClient::new(self.raft.clone())
+            .with_transport(phalanx_statestore::Transport::Tls(tls)))
     }
 
     /// Each live replica's view; replicas that do not answer are left out.

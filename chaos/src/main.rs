@@ -127,7 +127,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// The checkout the run uses: the current directory when it is a phalanx checkout, else the
 /// one the binary was built from. A shared target dir serves several checkouts, so the
 /// build-time path may be another clone's, or one that is gone.
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     let here = std::env::current_dir().unwrap_or_default();
     if here.join("deploy/testbed/testbed").is_file() {
         return here;
@@ -373,7 +373,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("phalanx-chaos".into(), env!("CARGO_PKG_VERSION").into()),
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
-            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on", cli.shards, cli.period_ms, cli.lease_ms)),
+            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms)),
             ("API server as the replicas see it".into(), if cli.direct_api {
                 "kube-apiserver itself (--direct-api)".into()
             } else {

@@ -343,7 +343,18 @@ fn settle_i3(ctx: &Ctx, ledger: &LedgerClient, deadline: Duration) -> Vec<Violat
 /// I3 twice: with the pods as they are, then once they are all deleted (every placement
 /// released).
 fn end_state(ctx: &Ctx, fleet: &Fleet) -> (Vec<Violation>, String) {
-    let ledger = LedgerClient::new(fleet.raft.clone());
+    let ledger = match fleet.ledger_client() {
+        Ok(l) => l,
+        Err(e) => {
+            let what = format!("not checkable: the ledger client's certificates: {e}");
+            let v = Violation {
+                invariant: "I3",
+                t_ms: ctx.clock.now_ms(),
+                what,
+            };
+            return (vec![v], String::new());
+        }
+    };
     let mut v = settle_i3(ctx, &ledger, Duration::from_secs(20));
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
     let now = DeleteParams {

@@ -525,3 +525,176 @@ fn the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_lea
  {
     helm_chart::pod_process::run_installed_release();
 }
+
+/// The projected TLS volume's items as (Secret, key, path).
+fn tls_items(docs: &Rendered) -> Vec<(String, String, String)> {
+    let volumes = statefulset(docs)["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .expect("volumes");
+    let tls = volumes
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .expect("a volume named tls");
+    assert_eq!(tls["projected"]["defaultMode"], json!(0o440));
+    let mut items = Vec::new();
+    for source in tls["projected"]["sources"].as_array().expect("sources") {
+        let secret = &source["secret"];
+        let name = secret["name"].as_str().expect("a Secret name");
+        for item in secret["items"].as_array().expect("items listed") {
+            let key = item["key"].as_str().expect("a key");
+            let path = item["path"].as_str().expect("a path");
+            items.push((name.to_string(), key.to_string(), path.to_string()));
+        }
+    }
+    items
+}
+
+/// `--tls-cert/--tls-key/--tls-ca` as pod `pod` resolves them (`$(POD_NAME)` expanded).
+fn tls_paths(docs: &Rendered, pod: &str) -> [String; 3] {
+    let env = BTreeMap::from([("POD_NAME".to_string(), pod.to_string())]);
+    let a = args(docs);
+    let value = |flag: &str| {
+        let v = a
+            .iter()
+            .find_map(|x| x.strip_prefix(&format!("{flag}=")))
+            .unwrap_or_else(|| panic!("no {flag} in {a:?}"));
+        helm_chart::pod_process::expand(v, &env)
+    };
+    [value("--tls-cert"), value("--tls-key"), value("--tls-ca")]
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn tls_is_on_by_default_and_each_pod_gets_the_secrets_certificate_of_its_own_replica_id() {
+    for (sets, replicas, secret) in [
+        (vec![], 3, "phalanx-tls"),
+        (vec!["replicas=5", "tls.secretName=my-certs"], 5, "my-certs"),
+    ] {
+        let docs = render(NS, &sets);
+        let a = args(&docs);
+        assert!(!a.contains(&"--insecure-plaintext".to_string()), "{a:?}");
+        let mount = container(&docs)["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["name"] == "tls")
+            .expect("the tls volume is mounted")
+            .clone();
+        assert_eq!(mount["readOnly"], json!(true));
+        assert!(mount.get("subPath").is_none(), "a subPath is never updated");
+        let dir = mount["mountPath"].as_str().expect("a path").to_string();
+        let items = tls_items(&docs);
+        assert_eq!(items.len(), 1 + 2 * replicas, "{items:?}");
+        for k in 0..replicas {
+            let pod = format!("phalanx-{k}");
+            // The id serve takes from the pod name is the one the certificate must name.
+            let id = phalanx_scheduler::serve::identity::id_from_pod_name(&pod).expect("an id");
+            let [cert, key, ca] = tls_paths(&docs, &pod);
+            for (path, want_key) in [
+                (&cert, format!("replica-{id}.crt")),
+                (&key, format!("replica-{id}.key")),
+                (&ca, "ca.crt".to_string()),
+            ] {
+                let file = path
+                    .strip_prefix(&format!("{dir}/"))
+                    .unwrap_or_else(|| panic!("{path} is not under the mount {dir}"));
+                let item = items
+                    .iter()
+                    .find(|(_, _, p)| p == file)
+                    .unwrap_or_else(|| panic!("{pod}: no item writes {file}: {items:?}"));
+                assert_eq!((item.0.as_str(), &item.1), (secret, &want_key), "{pod}");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn tls_disabled_passes_insecure_plaintext_and_the_schema_says_it_is_for_tests() {
+    let docs = render(NS, &["tls.enabled=false"]);
+    let a = args(&docs);
+    assert!(a.contains(&"--insecure-plaintext".to_string()), "{a:?}");
+    assert!(!a.iter().any(|x| x.starts_with("--tls-")), "{a:?}");
+    let pod = &statefulset(&docs)["spec"]["template"]["spec"];
+    let volumes = pod["volumes"].as_array().expect("volumes");
+    assert!(!volumes.iter().any(|v| v["name"] == "tls"), "{volumes:?}");
+    assert!(objects_of_kind(&docs, "Certificate").is_empty());
+    let schema: Value =
+        serde_json::from_str(&read_repo_file("deploy/helm/phalanx/values.schema.json"))
+            .expect("the schema is JSON");
+    let enabled = &schema["properties"]["tls"]["properties"]["enabled"]["description"];
+    assert!(
+        enabled
+            .as_str()
+            .is_some_and(|d| d.contains("for tests only")),
+        "tls.enabled's description: {enabled}"
+    );
+}
+
+#[test]
+#[ignore = "needs helm: deploy/testbed/testbed build --helm (run by deploy/helm/test/e2e.sh)"]
+fn cert_manager_renders_one_certificate_per_replica_naming_its_id_and_mounts_its_secret() {
+    let docs = render(
+        NS,
+        &[
+            "tls.certManager.enabled=true",
+            "tls.certManager.issuerRef.name=phalanx-ca",
+            "tls.certManager.issuerRef.kind=ClusterIssuer",
+        ],
+    );
+    let certs = objects_of_kind(&docs, "Certificate");
+    assert_eq!(certs.len(), 3);
+    let items = tls_items(&docs);
+    for k in 0..3u64 {
+        let id = k + 1;
+        let c = find(&docs, "Certificate", &format!("phalanx-replica-{id}"));
+        assert_eq!(c["apiVersion"], json!("cert-manager.io/v1"));
+        let spec = &c["spec"];
+        assert_eq!(spec["dnsNames"], json!([format!("replica-{id}.phalanx")]));
+        let usages = strings(&spec["usages"]);
+        assert!(usages.contains(&"server auth".to_string()), "{usages:?}");
+        assert!(usages.contains(&"client auth".to_string()), "{usages:?}");
+        assert_eq!(
+            spec["issuerRef"],
+            json!({"name": "phalanx-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+        );
+        let secret = spec["secretName"].as_str().expect("a secretName");
+        let [cert, key, _] = tls_paths(&docs, &format!("phalanx-{k}"));
+        for (path, want) in [(cert, "tls.crt"), (key, "tls.key")] {
+            let file = path.rsplit('/').next().expect("a file name");
+            assert!(
+                items.contains(&(secret.to_string(), want.to_string(), file.to_string())),
+                "replica {id}: {secret}/{want} -> {file} in {items:?}"
+            );
+        }
+    }
+    assert!(items.iter().any(|(_, k, p)| k == "ca.crt" && p == "ca.crt"));
+    assert!(
+        !items.iter().any(|(s, _, _)| s == "phalanx-tls"),
+        "{items:?}"
+    );
+    for (set, says) in [
+        (vec!["tls.certManager.enabled=true"], "issuerRef.name"),
+        (
+            vec![
+                "tls.certManager.enabled=true",
+                "tls.certManager.issuerRef.name=ca",
+                "tls.secretName=mine",
+            ],
+            "tls.secretName",
+        ),
+        (
+            vec![
+                "tls.enabled=false",
+                "tls.certManager.enabled=true",
+                "tls.certManager.issuerRef.name=ca",
+            ],
+            "tls.certManager.enabled",
+        ),
+        (vec!["tls.enabled=yes"], "tls/enabled"),
+        (vec!["tls.secretName=Bad_Name"], "secretName"),
+    ] {
+        let err = helm_chart::chart::render_err(NS, &set);
+        assert!(err.contains(says), "--set {set:?}: {err}");
+    }
+}

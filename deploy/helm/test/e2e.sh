@@ -10,7 +10,9 @@
 #      can-i), the replica-count guard on upgrade, then the installed StatefulSet's pods run
 #      as processes with the service account's token (a gang placed, the leader SIGKILLed,
 #      another gang placed, the killed pod back on its data dir, a rolling restart, a third
-#      gang placed), and helm uninstall; then the same with 5 replicas.
+#      gang placed), and helm uninstall; then the same with 5 replicas. The replicas run
+#      mutual TLS from a Secret made by deploy/tls/make-certs.sh (the chart's default) and
+#      refuse a client without a certificate.
 #
 # Prints one line per check and `helm: N passed, M failed`; exits 1 on any failure.
 # Needs go (helm and kubectl are built from Go modules by deploy/testbed/testbed, cached),
@@ -100,6 +102,8 @@ VALUE_SETS=(
   "podAntiAffinity=preferred,topologySpread.enabled=false,priorityClassName="
   "fullnameOverride=sched,clusterDomain=corp.example,ports.raft=9000,listenAddress=::"
   "serviceAccount.create=false,serviceAccount.name=existing,rbac.create=false"
+  "tls.enabled=false"
+  "tls.certManager.enabled=true,tls.certManager.issuerRef.name=phalanx-ca,replicas=5"
 )
 for set in "${VALUE_SETS[@]}"; do
   args=()
@@ -144,6 +148,16 @@ dry_run() {
 check "kubectl apply --server-side --dry-run=server (default values)" dry_run
 check "kubectl apply --server-side --dry-run=server (networkPolicy, 5 replicas)" \
   dry_run --set networkPolicy.enabled=true,replicas=5
+
+# The chart's default (tls.enabled) mounts Secret <release>-tls; its keys as docs/install.md
+# makes them: ca.crt and replica-<id>.crt/.key, here for up to 5 replicas (the scale below).
+tls_secret() {
+  "$ROOT/deploy/tls/make-certs.sh" "$OUT/tls" 1 2 3 4 5 &&
+    k -n "$NS" create secret generic "$RELEASE-tls" --from-file="$OUT/tls" >/dev/null &&
+    [[ "$(k -n "$NS" get secret "$RELEASE-tls" -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}')" == \
+      "ca.crt replica-1.crt replica-1.key replica-2.crt replica-2.key replica-3.crt replica-3.key replica-4.crt replica-4.key replica-5.crt replica-5.key " ]]
+}
+check "the TLS Secret from deploy/tls/make-certs.sh (ca.crt, replica-1..5; not the CA key)" tls_secret
 
 check "helm install" "$HELM" install "$RELEASE" "$CHART" -n "$NS"
 installed() {

@@ -18,7 +18,7 @@
 //! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (27100) up to
 //! 32767 (below the kernel's ephemeral range, so no outgoing connection holds one), raft
 //! ports first.
-//! | volume mounts (claim, ConfigMap, emptyDir) | directories under a temp dir; the ConfigMap's keys written as files from the ConfigMap read back | no kubelet |
+//! | volume mounts (claim, ConfigMap, emptyDir, projected Secrets) | directories under a temp dir; the ConfigMap's keys, and each projected Secret item (key -> path, mode), written as files from the objects read back with the admin kubeconfig (the service account has no Secret rights) | no kubelet |
 //! | the service-account token mounted in the pod | `KUBECONFIG` = a kubeconfig holding a token from `kubectl create token <sa>` (`$PHALANX_HELM_SA_KUBECONFIG`) | the in-cluster address is not reachable; the *same identity*, so RBAC is the chart's |
 //! | (`HOME`, `TMPDIR`) | per-pod temp dirs; the environment is otherwise cleared | nothing of the test's environment leaks in |
 //!
@@ -36,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, Secret, Volume};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
@@ -209,14 +209,62 @@ fn resolve_env(c: &Container, pod: &str, ns: &str) -> Result<BTreeMap<String, St
     Ok(env)
 }
 
-/// Mount path -> local directory, with the ConfigMap's files written.
+/// The objects the pod template's volumes name, as the API server has them.
+pub struct Sources {
+    config_map: ConfigMap,
+    /// By name: every Secret a projected volume names.
+    secrets: BTreeMap<String, Secret>,
+}
+
+/// A projected volume's Secret items written into `local` as the kubelet would: each
+/// item's key to its path with its mode (or the volume's default), every key when no
+/// items are listed; a missing key is an error (the kubelet keeps the pod from starting).
+fn write_projected(v: &Volume, src: &Sources, local: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let projected = v.projected.as_ref().expect("a projected volume");
+    let default_mode = projected.default_mode.unwrap_or(0o644);
+    for source in projected.sources.iter().flatten() {
+        let Some(sel) = &source.secret else {
+            return Err(format!("volume {}: only Secret sources here", v.name));
+        };
+        let secret = src
+            .secrets
+            .get(&sel.name)
+            .ok_or_else(|| format!("volume {}: Secret {} not read", v.name, sel.name))?;
+        let data = secret.data.clone().unwrap_or_default();
+        let items: Vec<(String, String, Option<i32>)> = match &sel.items {
+            Some(items) => items
+                .iter()
+                .map(|i| (i.key.clone(), i.path.clone(), i.mode))
+                .collect(),
+            None => data.keys().map(|k| (k.clone(), k.clone(), None)).collect(),
+        };
+        for (key, path, mode) in items {
+            let bytes = data.get(&key).ok_or_else(|| {
+                format!(
+                    "volume {}: Secret {} has no key {key} (the pod would not start)",
+                    v.name, sel.name
+                )
+            })?;
+            let file = local.join(&path);
+            std::fs::write(&file, &bytes.0).map_err(|e| format!("{}: {e}", file.display()))?;
+            let mode = u32::try_from(mode.unwrap_or(default_mode)).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Mount path -> local directory, with the ConfigMap's and Secrets' files written.
 fn local_mounts(
     sts: &StatefulSet,
     c: &Container,
-    cm: &ConfigMap,
+    src: &Sources,
     pod: &str,
     dir: &Path,
 ) -> Result<BTreeMap<String, PathBuf>, String> {
+    let cm = &src.config_map;
     let spec = &sts.spec;
     let claims: Vec<String> = spec
         .volume_claim_templates
@@ -246,9 +294,11 @@ fn local_mounts(
                 for (key, text) in cm.data.iter().flatten() {
                     std::fs::write(local.join(key), text).map_err(|e| e.to_string())?;
                 }
+            } else if v.projected.is_some() {
+                write_projected(v, src, &local)?;
             } else if v.empty_dir.is_none() {
                 return Err(format!(
-                    "volume {}: only claims, configMap and emptyDir here",
+                    "volume {}: only claims, configMap, projected Secrets and emptyDir here",
                     v.name
                 ));
             }
@@ -316,7 +366,7 @@ fn probe_path(
 /// Pod `ordinal` of `sts` as a local process (see the module's table).
 fn local_pod(
     sts: &StatefulSet,
-    cm: &ConfigMap,
+    src: &Sources,
     ordinal: usize,
     rel: &Release,
     ports: &LocalPorts,
@@ -328,7 +378,7 @@ fn local_pod(
     );
     let c = the_container(sts)?;
     let mut env = resolve_env(c, &pod_name, &rel.namespace)?;
-    let mounts = local_mounts(sts, c, cm, &pod_name, dir)?;
+    let mounts = local_mounts(sts, c, src, &pod_name, dir)?;
     let command = c.command.clone().unwrap_or_default();
     if command != [IMAGE_ENTRYPOINT] {
         return Err(format!(
@@ -599,8 +649,9 @@ impl Cluster {
         ))
     }
 
-    /// The StatefulSet and the ConfigMap its pods mount, as the API server has them.
-    fn read_release(&self, rel: &Release) -> (StatefulSet, ConfigMap) {
+    /// The StatefulSet and the ConfigMap and Secrets its pods mount, as the API server has
+    /// them.
+    fn read_release(&self, rel: &Release) -> (StatefulSet, Sources) {
         let sts: StatefulSet = self
             .rt
             .block_on(
@@ -613,24 +664,43 @@ impl Cluster {
                     rel.namespace, rel.statefulset
                 )
             });
-        let cm_name = sts
+        let volumes = sts
             .spec
             .template
             .spec
             .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .and_then(|v| {
-                v.iter()
-                    .find_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
-            })
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default();
+        let cm_name = volumes
+            .iter()
+            .find_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
             .expect("the pod template mounts a ConfigMap");
-        let cm: ConfigMap = self
+        let config_map: ConfigMap = self
             .rt
             .block_on(
                 Api::<ConfigMap>::namespaced(self.client.clone(), &rel.namespace).get(&cm_name),
             )
             .unwrap_or_else(|e| panic!("ConfigMap {cm_name}: {e}"));
-        (sts, cm)
+        let secret_names = volumes
+            .iter()
+            .filter_map(|v| v.projected.as_ref())
+            .flat_map(|p| p.sources.iter().flatten())
+            .filter_map(|s| s.secret.as_ref().map(|s| s.name.clone()));
+        let api = Api::<Secret>::namespaced(self.client.clone(), &rel.namespace);
+        let secrets = secret_names
+            .map(|name| {
+                let secret = self
+                    .rt
+                    .block_on(api.get(&name))
+                    .unwrap_or_else(|e| panic!("Secret {}/{name}: {e}", rel.namespace));
+                (name, secret)
+            })
+            .collect();
+        let sources = Sources {
+            config_map,
+            secrets,
+        };
+        (sts, sources)
     }
 
     /// The namespace of the test's gangs (it may exist from an earlier try).
@@ -686,13 +756,13 @@ fn port_free(port: u16) -> bool {
 pub fn run_installed_release() {
     let rel = Release::from_env();
     let cluster = Cluster::connect(&rel.admin_kubeconfig, &rel.work_namespace);
-    let (sts, cm) = cluster.read_release(&rel);
+    let (sts, src) = cluster.read_release(&rel);
     let replicas = sts.spec.replicas.unwrap_or(1) as usize;
     let mut ports = LocalPorts::find(rel.port_base, replicas);
     let dir = tempfile::tempdir().expect("a temp dir");
     let mut running: Vec<Running> = (0..replicas)
         .map(|k| {
-            let pod = local_pod(&sts, &cm, k, &rel, &ports, dir.path())
+            let pod = local_pod(&sts, &src, k, &rel, &ports, dir.path())
                 .unwrap_or_else(|e| panic!("pod {k} of the StatefulSet: {e}"));
             println!(
                 "helm e2e: {} substituted: {}",
@@ -734,6 +804,7 @@ fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, 
                 .then(|| format!("{replicas} replicas answer their liveness and readiness probes")))
         },
     )];
+    results.push(refuses_a_client_without_a_certificate(cluster, running));
     results.push(
         cluster
             .create_gang("before-kill", 4, 8)
@@ -763,6 +834,64 @@ fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, 
     );
     results.push(no_forbidden_in_logs(running));
     results
+}
+
+/// The value of `--flag=` in the pod's (local) args.
+fn flag_value(r: &Running, flag: &str) -> Result<String, String> {
+    let prefix = format!("{flag}=");
+    r.pod
+        .args
+        .iter()
+        .find_map(|a| a.strip_prefix(&prefix))
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no {flag} in its args", r.pod.pod_name))
+}
+
+/// Every replica's raft port refuses a plaintext gRPC client, which has no certificate to
+/// show; a client with pod 0's certificate from the mounted Secret reads the ledger through
+/// the same ports (so the refusal is TLS's, not a port that is down).
+fn refuses_a_client_without_a_certificate(
+    cluster: &Cluster,
+    running: &[Running],
+) -> Result<String, String> {
+    use phalanx_statestore::{ClientConfig, LedgerClient, TlsFiles, TlsState, Transport};
+    let mut raft = BTreeMap::new();
+    for (k, r) in running.iter().enumerate() {
+        raft.insert(k as u64 + 1, flag_value(r, "--listen")?);
+    }
+    let few = ClientConfig {
+        max_attempts: 3,
+        rpc_timeout: Duration::from_secs(2),
+        ..ClientConfig::default()
+    };
+    let mut why = String::new();
+    for (&id, addr) in &raft {
+        let plain = LedgerClient::with_config([(id, addr.clone())], few.clone());
+        match cluster.rt.block_on(plain.read_fingerprint()) {
+            Ok(read) => {
+                return Err(format!(
+                    "replica {id} at {addr} answered a plaintext client without a certificate (applied index {})",
+                    read.applied_index
+                ));
+            }
+            Err(e) => why = e.to_string(),
+        }
+    }
+    let files = TlsFiles {
+        cert: flag_value(&running[0], "--tls-cert")?.into(),
+        key: flag_value(&running[0], "--tls-key")?.into(),
+        ca: flag_value(&running[0], "--tls-ca")?.into(),
+    };
+    let tls = TlsState::load(files).map_err(|e| format!("the mounted certificates: {e}"))?;
+    let with_cert = LedgerClient::new(raft.clone()).with_transport(Transport::Tls(tls));
+    cluster
+        .rt
+        .block_on(with_cert.read_fingerprint())
+        .map_err(|e| format!("a client with the Secret's certificate of replica 1: {e}"))?;
+    Ok(format!(
+        "{} raft ports refused a plaintext gRPC client without a certificate ({why}); one with replica 1's certificate from the Secret read the ledger",
+        raft.len()
+    ))
 }
 
 /// The StatefulSet controller recreates a killed pod with the same name and claim: the
@@ -864,7 +993,7 @@ impl Scale<'_> {
     fn to(&mut self, running: &mut Vec<Running>, to: usize) -> Result<String, String> {
         let from = running.len();
         self.helm_set_replicas(to)?;
-        let (sts, cm) = self.cluster.read_release(self.rel);
+        let (sts, src) = self.cluster.read_release(self.rel);
         let got = sts.spec.replicas.unwrap_or(1);
         if usize::try_from(got).ok() != Some(to) {
             return Err(format!(
@@ -872,7 +1001,7 @@ impl Scale<'_> {
             ));
         }
         self.ports.grow(self.rel.port_base, to);
-        let pod = |k: usize| local_pod(&sts, &cm, k, self.rel, self.ports, self.dir);
+        let pod = |k: usize| local_pod(&sts, &src, k, self.rel, self.ports, self.dir);
         while running.len() > to {
             let mut gone = running.pop().expect("more than `to` replicas");
             gone.terminate(Duration::from_secs(30))?;

@@ -233,78 +233,26 @@ pub fn peers_flag(raft: &BTreeMap<u64, String>) -> String {
         .join(",")
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl CLI runs (the testbed needs it too)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `--tls-cert/--tls-key/--tls-ca` for replica `id`: a CA made once in `dir/tls` and a
 /// certificate naming the replica (DNS SAN `replica-<id>.phalanx`, docs/security.md),
-/// made the first time it is asked for (a restarted replica keeps it).
+/// made the first time it is asked for (a restarted replica keeps it), by
+/// deploy/tls/make-certs.sh, the one place the project's certificates are made.
 pub fn tls_flags(dir: &Path, id: u64) -> Vec<String> {
     let tls = dir.join("tls");
-    std::fs::create_dir_all(&tls).expect("tls dir");
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    if !tls.join("ca.crt").exists() {
-        let mut args = vec!["req", "-x509"];
-        args.extend(ec);
-        args.extend(["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"]);
-        args.extend(["-subj", "/CN=phalanx-testbed-ca"]);
-        args.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
-        args.extend(["-addext", "keyUsage=critical,keyCertSign"]);
-        openssl(&tls, &args);
-    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tls/make-certs.sh");
+    let out = Command::new(script)
+        .arg(&tls)
+        .arg(id.to_string())
+        .env("PHALANX_CERT_DAYS", "2")
+        .output()
+        .expect("deploy/tls/make-certs.sh runs (it needs bash and the openssl CLI)");
+    assert!(
+        out.status.success(),
+        "deploy/tls/make-certs.sh {} {id}: {}",
+        tls.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let name = format!("replica-{id}");
-    if !tls.join(format!("{name}.crt")).exists() {
-        let ext =
-            format!("subjectAltName=DNS:{name}.phalanx\nextendedKeyUsage=serverAuth,clientAuth\n");
-        std::fs::write(tls.join(format!("{name}.ext")), ext).expect("ext file");
-        let (key, csr, crt) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-        );
-        let subj = format!("/CN={name}");
-        let mut args = vec!["req"];
-        args.extend(ec);
-        args.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
-        openssl(&tls, &args);
-        let ext = format!("{name}.ext");
-        openssl(
-            &tls,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
     let path = |f: String| tls.join(f).to_string_lossy().into_owned();
     vec![
         "--tls-cert".into(),

@@ -87,3 +87,55 @@ DNS names as --peers.
 {{- printf "%s:%d" $host (int (index . 1)) }}
 {{- end }}
 {{- end }}
+
+{{/* The user's TLS Secret (tls.secretName; empty: "<fullname>-tls"). */}}
+{{- define "phalanx.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "phalanx.fullname" .)) .Values.tls.secretName | trunc 253 }}
+{{- end }}
+
+{{/* The Secret cert-manager writes for replica id (index . 1). */}}
+{{- define "phalanx.certManagerSecretName" -}}
+{{- printf "%s-replica-%d-tls" (include "phalanx.fullname" (index . 0)) (int (index . 1)) }}
+{{- end }}
+
+{{- define "phalanx.tlsMountPath" -}}
+/etc/phalanx-tls
+{{- end }}
+
+{{/*
+The projected TLS volume's sources. Every pod of a StatefulSet has the same template, so
+every pod mounts the files of every replica, each renamed to "<pod name>.crt/.key": serve's
+--tls-cert=$(POD_NAME).crt then picks the pod's own (the kubelet expands $(POD_NAME)), and
+the Secret's keys stay named by replica id, independent of the release's name. A key
+missing from the Secret keeps the pod in ContainerCreating with an event naming it.
+*/}}
+{{- define "phalanx.tlsSources" -}}
+{{- $full := include "phalanx.fullname" . }}
+{{- if .Values.tls.certManager.enabled }}
+{{- range $k := until (int .Values.replicas) }}
+- secret:
+    name: {{ include "phalanx.certManagerSecretName" (list $ (add1 $k)) }}
+    items:
+      {{- if eq $k 0 }}
+      - key: ca.crt
+        path: ca.crt
+      {{- end }}
+      - key: tls.crt
+        path: {{ printf "%s-%d.crt" $full $k }}
+      - key: tls.key
+        path: {{ printf "%s-%d.key" $full $k }}
+{{- end }}
+{{- else }}
+- secret:
+    name: {{ include "phalanx.tlsSecretName" . }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- range $k := until (int .Values.replicas) }}
+      - key: {{ printf "replica-%d.crt" (add1 $k) }}
+        path: {{ printf "%s-%d.crt" $full $k }}
+      - key: {{ printf "replica-%d.key" (add1 $k) }}
+        path: {{ printf "%s-%d.key" $full $k }}
+      {{- end }}
+{{- end }}
+{{- end }}
