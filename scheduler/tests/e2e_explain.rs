@@ -80,22 +80,7 @@ impl Env {
 
     /// A Queue whose home shard is `shard`.
     fn queue_for(&self, map: &ShardMap, shard: u32) -> Result<String, String> {
-        let name = (0..10_000)
-            .map(|k| format!("{}-s{shard}-{k}", self.ns))
-            .find(|q| map.shard_of_queue(q) == shard)
-            .ok_or_else(|| format!("no queue name hashes to shard {shard}"))?;
-        let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &volcano_resource("Queue", "queues"));
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1},
-        }))
-        .map_err(|e| e.to_string())?;
-        match self.rt.block_on(api.create(&PostParams::default(), &obj)) {
-            Ok(_) => Ok(name),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(name),
-            Err(e) => Err(format!("creating Queue {name}: {e}")),
-        }
+        testbed::queue_homed_on(&self.rt, &self.client, map, &self.ns, shard)
     }
 
     fn create_gang(&self, name: &str, queue: &str) -> Result<(), String> {

@@ -64,22 +64,7 @@ impl Env {
     /// A Queue (cluster-scoped) whose home shard is `shard`: the first name
     /// `<ns>-s<shard>-<k>` that hashes there.
     fn queue_for(&self, shard: u32) -> Result<String, String> {
-        let name = (0..10_000)
-            .map(|k| format!("{}-s{shard}-{k}", self.ns))
-            .find(|q| self.map.shard_of_queue(q) == shard)
-            .ok_or_else(|| format!("no queue name hashes to shard {shard}"))?;
-        let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &volcano_resource("Queue", "queues"));
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name}, "spec": {"weight": 1},
-        }))
-        .map_err(|e| e.to_string())?;
-        match self.rt.block_on(api.create(&PostParams::default(), &obj)) {
-            Ok(_) => Ok(name),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(name),
-            Err(e) => Err(format!("creating Queue {name}: {e}")),
-        }
+        testbed::queue_homed_on(&self.rt, &self.client, &self.map, &self.ns, shard)
     }
 
     /// A PodGroup in `queue` and `count` one-GPU pods scheduled by phalanx.

@@ -503,3 +503,32 @@ pub fn check_no_overcommit(used: &BTreeMap<String, i64>, per_node: i64) -> Resul
         Err(format!("nodes over their GPUs: {}", over.join(", ")))
     }
 }
+
+/// Creates (or finds, from an earlier run) a Queue named `<prefix>-s<shard>-<k>` whose home
+/// shard under `map` is `shard`, and returns its name. Queues are cluster-scoped, so the
+/// prefix is the test's namespace.
+pub fn queue_homed_on(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    map: &phalanx_scheduler::shard::ShardMap,
+    prefix: &str,
+    shard: u32,
+) -> Result<String, String> {
+    use phalanx_scheduler::cluster::kube::volcano_resource;
+    let name = (0..10_000)
+        .map(|k| format!("{prefix}-s{shard}-{k}"))
+        .find(|q| map.shard_of_queue(q) == shard)
+        .ok_or_else(|| format!("no queue name hashes to shard {shard}"))?;
+    let api: Api<kube::core::DynamicObject> =
+        Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
+    let obj: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1},
+    }))
+    .map_err(|e| e.to_string())?;
+    match rt.block_on(api.create(&PostParams::default(), &obj)) {
+        Ok(_) => Ok(name),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(name),
+        Err(e) => Err(format!("creating Queue {name}: {e}")),
+    }
+}
