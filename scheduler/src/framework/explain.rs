@@ -123,7 +123,10 @@ fn queue_place(session: &Session, job: JobId) -> Option<String> {
 }
 
 /// The full explanation of one PodGroup after a cycle, for `--explain`.
-pub fn explain(session: &Session, key: &ObjectKey) -> String {
+///
+/// `time` writes an instant (a condition's transition, a gang's creation) the way the
+/// caller's clock reads: the simulator's are ms since its start, serve's are wall-clock ms.
+pub fn explain(session: &Session, key: &ObjectKey, time: &dyn Fn(u64) -> String) -> String {
     let state = &session.state;
     let Some(job) = state.jobs.iter().position(|j| j.key() == key) else {
         return format!("PodGroup {key}: no such PodGroup (or pod) in the cluster\n");
@@ -202,7 +205,7 @@ pub fn explain(session: &Session, key: &ObjectKey) -> String {
             out,
             "  schedule timeout {} from creation at {}, action {}: {}",
             format_duration(timeout),
-            format_duration(t.created_ms),
+            time(t.created_ms),
             t.action.as_str(),
             if j.timed_out(state.now_ms) {
                 "timed out"
@@ -249,7 +252,7 @@ pub fn explain(session: &Session, key: &ObjectKey) -> String {
             "  condition {} ({}) since {}: {}",
             c.kind,
             c.reason,
-            format_duration(c.transition_time_ms),
+            time(c.transition_time_ms),
             c.message
         );
     }

@@ -321,9 +321,10 @@ pub fn render(report: &ScenarioReport) -> String {
 /// `--explain NAMESPACE/PODGROUP`: one more (dry) cycle on the cluster as the run left it,
 /// then why the PodGroup is where it is, in numbers, with its recent Events.
 pub fn explain(report: &ScenarioReport, key: &ObjectKey) -> String {
+    use crate::framework::timeout::format_duration;
     let snapshot = report.sim.snapshot();
     let (_, session) = run_cycle(&snapshot, &report.conf, &report.scheduler_name);
-    let mut out = crate::framework::explain::explain(&session, key);
+    let mut out = crate::framework::explain::explain(&session, key, &|at| format_duration(at));
     let events: Vec<(u64, &crate::framework::Event)> = report
         .sim
         .events()

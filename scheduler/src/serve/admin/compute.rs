@@ -87,7 +87,8 @@ pub fn explain(shared: &AdminShared, p: &Published, key: &ObjectKey, o: &Owner) 
             &shared.scheduler_name,
             scope.as_ref(),
         );
-        text = crate::framework::explain::explain(&session, key);
+        let now = now_ms();
+        text = crate::framework::explain::explain(&session, key, &|at| ago(now, at));
         let _ = writeln!(
             text,
             "  home shard {} owned by replica {} at epoch {}",
@@ -114,9 +115,12 @@ fn decisions(out: &mut String, p: &Published, key: &ObjectKey) {
         .filter(|(_, e)| &e.object == key)
         .map(|(at, e)| (*at, e))
         .collect();
-    crate::framework::explain::render_events(out, &events, &|at| {
-        format!("{:.1}s ago", now.saturating_sub(at) as f64 / 1000.0)
-    });
+    crate::framework::explain::render_events(out, &events, &|at| ago(now, at));
+}
+
+/// A wall-clock instant (ms) as how long before `now` it was.
+fn ago(now: u64, at: u64) -> String {
+    format!("{:.1}s ago", now.saturating_sub(at) as f64 / 1000.0)
 }
 
 /// The gang's cross-shard transactions: open or decided ones in the ledger, and the ends
