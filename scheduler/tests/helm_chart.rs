@@ -7,16 +7,14 @@
 //! testbed up and installs the chart first. The check that the chart's CRDs are
 //! `deploy/crds/` needs nothing and always runs.
 
-mod testbed;
-
-mod helm_chart {
-    pub mod chart;
-    pub mod pod_process;
-}
+#[path = "helm_chart/chart.rs"]
+mod chart;
+#[path = "helm_chart/pod_process.rs"]
+mod pod_process;
 
 use std::collections::BTreeMap;
 
-use helm_chart::chart::{
+use chart::{
     Rendered, container, find, objects_of_kind, read_repo_file, render, render_args, repo_root,
     statefulset,
 };
@@ -500,7 +498,7 @@ fn bad_values_are_refused_with_the_key_named() {
             "shardLeaseMs 1500",
         ),
     ] {
-        let err = helm_chart::chart::render_err(NS, &[set]);
+        let err = chart::render_err(NS, &[set]);
         assert!(err.contains(says), "--set {set}: {err}");
     }
 }
@@ -523,7 +521,7 @@ fn strings(v: &Value) -> Vec<String> {
 #[ignore = "needs the testbed with the chart installed (run by deploy/helm/test/e2e.sh)"]
 fn the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart()
  {
-    helm_chart::pod_process::run_installed_release();
+    pod_process::run_installed_release();
 }
 
 /// The projected TLS volume's items as (Secret, key, path).
@@ -558,7 +556,7 @@ fn tls_paths(docs: &Rendered, pod: &str) -> [String; 3] {
             .iter()
             .find_map(|x| x.strip_prefix(&format!("{flag}=")))
             .unwrap_or_else(|| panic!("no {flag} in {a:?}"));
-        helm_chart::pod_process::expand(v, &env)
+        pod_process::expand(v, &env)
     };
     [value("--tls-cert"), value("--tls-key"), value("--tls-ca")]
 }
@@ -694,7 +692,7 @@ fn cert_manager_renders_one_certificate_per_replica_naming_its_id_and_mounts_its
         (vec!["tls.enabled=yes"], "tls/enabled"),
         (vec!["tls.secretName=Bad_Name"], "secretName"),
     ] {
-        let err = helm_chart::chart::render_err(NS, &set);
+        let err = chart::render_err(NS, &set);
         assert!(err.contains(says), "--set {set:?}: {err}");
     }
 }

@@ -113,8 +113,8 @@ for set in "${VALUE_SETS[@]}"; do
 done
 check "replicas=0 is refused by the schema" refused "replicas" "$HELM" template x "$CHART" --set replicas=0
 check "a misspelt key is refused by the schema" refused "replicaz" "$HELM" template x "$CHART" --set replicaz=3
-check "rendered-YAML checks (cargo test --test helm_chart)" \
-  cargo test -p phalanx-scheduler --test helm_chart -- --ignored --skip the_installed
+check "rendered-YAML checks (cargo test --test integration helm_chart::)" \
+  cargo test --workspace --test integration -- --ignored helm_chart:: --skip the_installed
 
 # ------------------------------------------------------------------ testbed
 if "$TESTBED" status >/dev/null 2>&1; then
@@ -282,8 +282,8 @@ run_pods() { # work namespace [replicas to scale to and back]
   PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
     PHALANX_HELM_STATEFULSET=phalanx PHALANX_HELM_WORK_NAMESPACE="$1" \
     PHALANX_HELM_RELEASE="$RELEASE" PHALANX_HELM_SCALE_TO="${2:-}" \
-    cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
-    the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
+    cargo test --workspace --test integration -- --ignored --exact \
+    helm_chart::the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
 }
 check "the installed StatefulSet's pods as processes: gangs placed through a SIGKILLed leader, a rolling restart, and helm upgrade 3 -> 5 -> 3" \
   run_pods helm-e2e-3 5
