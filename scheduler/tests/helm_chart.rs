@@ -569,13 +569,15 @@ fn monitoring_and_network_policy_objects_appear_only_when_enabled() {
         .iter()
         .find(|a| a["alert"] == "PodGroupPendingTooLong")
         .expect("the seed article's alert");
+    // The seed's alert as docs/operations.md writes it on phalanx's names (the exposition
+    // test checks that this selects a PodGroup pending two hours).
     assert_eq!(
         seed["expr"],
-        json!("volcano_podgroup_status{status=\"pending\"} > 3600")
+        json!("phalanx_podgroup_status{phase=\"Pending\"} > 3600")
     );
     assert_eq!(
         seed["annotations"]["summary"],
-        json!("PodGroup {{ $labels.name }} pending over 1 hour")
+        json!("PodGroup {{ $labels.namespace }}/{{ $labels.name }} pending over 1 hour")
     );
     let monitor = find(&docs, "ServiceMonitor", "phalanx");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], json!("http"));
