@@ -199,7 +199,7 @@ fn every_replica_serves_the_admin_service_and_names_the_others_by_their_stable_d
     assert_eq!(port_named(&docs, "admin"), (Some(9100), Some(9100)));
     // The admin port is its own: the ledger's peers and the probes keep theirs.
     assert!(a.contains(&"--listen=[::]:7001".to_string()), "{a:?}");
-    let err = helm_chart::chart::render_err(NS, &["ports.admin=0"]);
+    let err = chart::render_err(NS, &["ports.admin=0"]);
     assert!(err.contains("admin"), "--set ports.admin=0: {err}");
 }
 
