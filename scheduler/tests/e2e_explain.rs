@@ -3,9 +3,14 @@
 //! `--admin-peers`) over their mutual TLS. A gang that cannot fit (17 pods of 9 GPUs on 16
 //! nodes of 8) stays pending; `phalanx explain` asked through a replica that
 //! does NOT own the gang's home shard is forwarded to the owner and gives the numbers;
-//! `phalanx status` lists every replica and shard and the pending gang; a malformed
-//! request is refused naming the field; and with no admin service to reach, `--kubeconfig`
-//! shows what the API server holds.
+//! `phalanx status` lists every replica and shard and the pending gang; `/metrics` of every
+//! replica passes `promtool check metrics` and the owner of the gang's shard, alone,
+//! exports the seed's metric `phalanx_podgroup_status{phase="Pending"}` for it (so the
+//! seed's alert fires once); a malformed request is refused naming the field; and with no
+//! admin service to reach, `--kubeconfig` shows what the API server holds.
+//!
+//! promtool comes from `deploy/testbed/testbed build --promtool`; without it the promtool
+//! part is skipped with a line on stderr, unless `PHALANX_REQUIRE_PROMTOOL=1`.
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed):
 //!
@@ -247,6 +252,47 @@ fn check_status(env: &Env, key: &str) -> Check {
     ))
 }
 
+/// Every replica's `/metrics` through promtool; the series of the pending gang on the
+/// owner of its shard and on no other replica.
+fn check_metrics(replicas: &[Replica], key: &str, owner: u64) -> Check {
+    let (ns, name) = key.split_once('/').ok_or("key")?;
+    let series =
+        format!(r#"phalanx_podgroup_status{{namespace="{ns}",name="{name}",phase="Pending"}} "#);
+    let promtool = testbed::promtool("the /metrics check of e2e_explain");
+    let (reporting, checked) = poll(DEADLINE, "only the owner reports the pending gang", || {
+        let mut reporting = Vec::new();
+        for r in replicas {
+            let (code, text) = testbed::http_get(r.http, "/metrics")?;
+            if code != 200 {
+                return Err(format!("replica {}: /metrics answered {code}", r.id));
+            }
+            if let Some(p) = &promtool {
+                let (ok, said) = testbed::promtool_check(p, &text, "--lint=none --extended");
+                if !ok {
+                    return Err(format!("replica {}: promtool check metrics: {said}", r.id));
+                }
+            }
+            let value = text.lines().find_map(|l| l.strip_prefix(series.as_str()));
+            if let Some(v) = value {
+                let seconds: f64 = v.trim().parse().map_err(|e| format!("{series}{v}: {e}"))?;
+                reporting.push((r.id, seconds));
+            }
+        }
+        let only_owner = matches!(reporting.as_slice(), [(id, s)] if *id == owner && *s >= 0.0);
+        let checked = if promtool.is_some() {
+            "passed promtool"
+        } else {
+            "promtool skipped"
+        };
+        Ok(only_owner.then_some((reporting, checked)))
+    })?;
+    Ok(format!(
+        "{} replicas' /metrics {checked}; {series}{} on replica {owner} only",
+        replicas.len(),
+        reporting[0].1
+    ))
+}
+
 fn check_malformed(env: &Env) -> Check {
     let args = [
         "explain".into(),
@@ -337,6 +383,10 @@ fn explain_through_a_replica_that_does_not_own_the_shard_and_status_of_every_rep
             results.push((
                 "status lists every replica and shard",
                 check_status(&env, &key),
+            ));
+            results.push((
+                "every replica's /metrics passes promtool; the owner exports the pending gang",
+                check_metrics(&replicas, &key, owner),
             ));
             results.push((
                 "a malformed explain is INVALID_ARGUMENT naming the field",
