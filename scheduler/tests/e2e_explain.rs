@@ -3,9 +3,14 @@
 //! `--admin-peers`) over their mutual TLS. A gang that cannot fit (17 pods of 9 GPUs on 16
 //! nodes of 8) stays pending; `phalanx explain` asked through a replica that
 //! does NOT own the gang's home shard is forwarded to the owner and gives the numbers;
-//! `phalanx status` lists every replica and shard and the pending gang; a malformed
-//! request is refused naming the field; and with no admin service to reach, `--kubeconfig`
-//! shows what the API server holds.
+//! `phalanx status` lists every replica and shard and the pending gang; `/metrics` of every
+//! replica passes `promtool check metrics` and the owner of the gang's shard, alone,
+//! exports the seed's metric `phalanx_podgroup_status` for it (so an alert fires once); a
+//! malformed request is refused naming the field; and with no admin service to reach,
+//! `--kubeconfig` shows what the API server holds.
+//!
+//! promtool comes from `deploy/testbed/testbed build --promtool`; without it the promtool
+//! part is skipped with a line on stderr, unless `PHALANX_REQUIRE_PROMTOOL=1`.
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed):
 //!
@@ -247,6 +252,50 @@ fn check_status(env: &Env, key: &str) -> Check {
     ))
 }
 
+/// Every replica's `/metrics` through promtool; the `podgroup_status` series of the
+/// waiting gang (Pending or Inqueue: phalanx's enqueue admits it, 153 GPUs being within the
+/// overcommit plugin's 1.2 x 128) on the owner of its shard and on no other replica.
+fn check_metrics(replicas: &[Replica], key: &str, owner: u64) -> Check {
+    let (ns, name) = key.split_once('/').ok_or("key")?;
+    let prefix = format!(r#"phalanx_podgroup_status{{namespace="{ns}",name="{name}",phase=""#);
+    let promtool = testbed::promtool("the /metrics check of e2e_explain");
+    let (reporting, checked) = poll(DEADLINE, "only the owner reports the waiting gang", || {
+        let mut reporting = Vec::new();
+        for r in replicas {
+            let (code, text) = testbed::http_get(r.http, "/metrics")?;
+            if code != 200 {
+                return Err(format!("replica {}: /metrics answered {code}", r.id));
+            }
+            if let Some(p) = &promtool {
+                let (ok, said) = testbed::promtool_check(p, &text, "--lint=none --extended");
+                if !ok {
+                    return Err(format!("replica {}: promtool check metrics: {said}", r.id));
+                }
+            }
+            let lines = text.lines().filter_map(|l| l.strip_prefix(prefix.as_str()));
+            reporting.extend(lines.map(|rest| (r.id, rest.to_string())));
+        }
+        let waiting =
+            |rest: &str| rest.starts_with("Pending\"} ") || rest.starts_with("Inqueue\"} ");
+        if !matches!(reporting.as_slice(), [(id, rest)] if *id == owner && waiting(rest)) {
+            return Err(format!(
+                "{prefix}...: (replica, rest) {reporting:?}, owner {owner}"
+            ));
+        }
+        let checked = if promtool.is_some() {
+            "passed promtool"
+        } else {
+            "promtool skipped"
+        };
+        Ok(Some((reporting, checked)))
+    })?;
+    Ok(format!(
+        "{} replicas' /metrics {checked}; {prefix}{} on replica {owner} only",
+        replicas.len(),
+        reporting[0].1
+    ))
+}
+
 fn check_malformed(env: &Env) -> Check {
     let args = [
         "explain".into(),
@@ -337,6 +386,10 @@ fn explain_through_a_replica_that_does_not_own_the_shard_and_status_of_every_rep
             results.push((
                 "status lists every replica and shard",
                 check_status(&env, &key),
+            ));
+            results.push((
+                "every replica's /metrics passes promtool; the owner alone exports the waiting gang",
+                check_metrics(&replicas, &key, owner),
             ));
             results.push((
                 "a malformed explain is INVALID_ARGUMENT naming the field",

@@ -577,6 +577,14 @@ fn monitoring_and_network_policy_objects_appear_only_when_enabled() {
         seed["annotations"]["summary"],
         json!("PodGroup {{ $labels.namespace }}/{{ $labels.name }} pending over 1 hour")
     );
+    let inqueue = alerts
+        .iter()
+        .find(|a| a["alert"] == "PodGroupInqueueTooLong")
+        .expect("the alert for a gang admitted but never placed");
+    assert_eq!(
+        inqueue["expr"],
+        json!("phalanx_podgroup_status{phase=\"Inqueue\"} > 3600")
+    );
     let monitor = find(&docs, "ServiceMonitor", "phalanx");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], json!("http"));
     let policy = find(&docs, "NetworkPolicy", "phalanx");

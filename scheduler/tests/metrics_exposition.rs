@@ -6,6 +6,8 @@
 //! name order, the samples of counters and gauges in text order, and a histogram's series
 //! by their labels, each keeping its buckets, sum and count in the exporter's order.
 
+use crate::testbed;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,44 +244,10 @@ fn the_golden_check_catches_a_planted_change() {
 /// `PHALANX_REQUIRE_PROMTOOL=1` (CI sets it once promtool is built) makes that a failure.
 #[test]
 fn promtool_accepts_the_exposition() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new(root.join("deploy/testbed/testbed"))
-        .args(["tool-path", "promtool"])
-        .output()
-        .expect("the testbed script runs");
-    if !out.status.success() {
-        let required = std::env::var_os("PHALANX_REQUIRE_PROMTOOL").is_some_and(|v| v == "1");
-        assert!(
-            !required,
-            "PHALANX_REQUIRE_PROMTOOL=1 but promtool is not built (deploy/testbed/testbed build --promtool)"
-        );
-        eprintln!("promtool is not built (deploy/testbed/testbed build --promtool); skipping");
+    let Some(promtool) = testbed::promtool("promtool_accepts_the_exposition") else {
         return;
-    }
-    let promtool = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let check = |text: &str, lint: &str| {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new(&promtool)
-            .args(["check", "metrics"])
-            .args(lint.split(" "))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("promtool runs");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write");
-        let out = child.wait_with_output().expect("promtool ends");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
     };
+    let check = |text: &str, lint: &str| testbed::promtool_check(&promtool, text, lint);
     let text = exposition(&cluster(true));
     let (ok, said) = check(&text, "--lint=none --extended");
     assert!(ok, "promtool check metrics failed:\n{said}\n---\n{text}");

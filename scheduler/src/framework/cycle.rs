@@ -3,6 +3,12 @@
 //! open session → run the configured actions → close: every gang's new PodGroup status
 //! (phase, counts, `Scheduled` / `Unschedulable` condition with the reason in numbers) and
 //! an Event for each change.
+//!
+//! At debug level each cycle is a `cycle` span, each action an `action` span inside it, and
+//! each gang's decision a `gang` span (`gang=NS/NAME outcome=PHASE reason=...`) with one
+//! `decision` event, so `PHALANX_LOG=phalanx_scheduler::framework::cycle=debug` puts a
+//! gang's decisions one grep away (docs/operations.md, "Decisions in the log"). They are
+//! here, not in serve or simulate, so that both emit the same lines.
 
 use crate::actions;
 use crate::cluster::ClusterSnapshot;
@@ -66,14 +72,59 @@ pub fn run_cycle_owning_all(
 }
 
 fn run_session(mut session: Session) -> (CyclePlan, Session) {
+    let cycle = tracing::debug_span!(
+        "cycle",
+        now_ms = session.state.now_ms,
+        jobs = session.state.jobs.len()
+    )
+    .entered();
     session.timings.plugins_open = std::mem::take(&mut session.plugins.open_times);
     for action in session.conf.actions.clone() {
+        let span = tracing::debug_span!("action", action = %action).entered();
         let started = std::time::Instant::now();
         actions::run(&action, &mut session);
-        session.timings.actions.push((action, started.elapsed()));
+        let took = started.elapsed();
+        tracing::debug!(took_us = took.as_micros() as u64, "action done");
+        drop(span);
+        session.timings.actions.push((action, took));
     }
     close(&mut session);
+    tracing::debug!(
+        binds = session.plan.bind_count(),
+        status_updates = session.plan.status_updates.len(),
+        "cycle done"
+    );
+    drop(cycle);
     (std::mem::take(&mut session.plan), session)
+}
+
+/// The gang's decision of this cycle as a debug span and event: its phase after the
+/// cycle and, when not placed, the Unschedulable condition's reason and message (the
+/// numbers `phalanx explain` starts from). Placed gangs that nothing changed are left
+/// out: every cycle would repeat them.
+fn trace_decision(session: &Session, job: JobId, status: &PodGroupStatus) {
+    let j = &session.state.jobs[job];
+    let changed = *status != j.pod_group.status;
+    let settled = matches!(
+        status.phase,
+        PodGroupPhase::Running | PodGroupPhase::Completed
+    ) && session.state.pending_tasks(job).next().is_none();
+    if settled && !changed {
+        return;
+    }
+    let reason = match status.conditions.last() {
+        Some(c) if c.kind == CONDITION_UNSCHEDULABLE => format!("{}: {}", c.reason, c.message),
+        Some(c) => c.message.clone(),
+        None => String::new(),
+    };
+    let _span = tracing::debug_span!(
+        "gang",
+        gang = %j.key(),
+        outcome = status.phase.as_str(),
+        reason = reason.as_str()
+    )
+    .entered();
+    tracing::debug!(changed, "decision");
 }
 
 fn close(session: &mut Session) {
@@ -83,6 +134,9 @@ fn close(session: &mut Session) {
             continue;
         }
         let status = job_status(session, job);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            trace_decision(session, job, &status);
+        }
         let j = &session.state.jobs[job];
         if status.phase != PodGroupPhase::Running && status.phase != PodGroupPhase::Completed {
             if let Some(deadline) = j.timeout.deadline_ms().filter(|&d| d > now) {
@@ -274,5 +328,132 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
         failed,
         conditions,
         inqueue_since_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+    use crate::cluster::ClusterSnapshot;
+    use crate::framework::testing::Cluster;
+    use crate::framework::{CyclePlan, SchedulerConf};
+    use crate::model::resources::{CPU, GPU};
+
+    /// A span as captured: its name and its fields' values as text.
+    type Captured = (String, BTreeMap<String, String>);
+
+    /// Records every new span, whatever its level.
+    struct Capture(Arc<Mutex<Vec<Captured>>>);
+
+    struct Fields(BTreeMap<String, String>);
+
+    impl Visit for Fields {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().to_string(), value.to_string());
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0
+                .insert(field.name().to_string(), format!("{value:?}"));
+        }
+    }
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_new_span(&self, attrs: &Attributes<'_>, _: &Id, _: Context<'_, S>) {
+            let mut fields = Fields(BTreeMap::new());
+            attrs.record(&mut fields);
+            let name = attrs.metadata().name().to_string();
+            self.0.lock().expect("not poisoned").push((name, fields.0));
+        }
+    }
+
+    fn spans_of_one_cycle(snapshot: &ClusterSnapshot) -> (Vec<Captured>, CyclePlan) {
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(Capture(spans.clone()));
+        let conf = SchedulerConf::volcano_default();
+        let (plan, _) = tracing::subscriber::with_default(subscriber, || {
+            super::run_cycle(snapshot, &conf, crate::model::DEFAULT_SCHEDULER_NAME)
+        });
+        let captured = spans.lock().expect("not poisoned").clone();
+        (captured, plan)
+    }
+
+    #[test]
+    fn a_refused_gangs_span_carries_its_reason_and_a_placed_gangs_its_phase() {
+        let cluster = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 8)])
+            .inqueue_group("fits", "default", 2)
+            .pod("fits-0", Some("fits"), &[(CPU, 1_000), (GPU, 4)])
+            .pod("fits-1", Some("fits"), &[(CPU, 1_000), (GPU, 4)])
+            .inqueue_group("too-big", "default", 2)
+            .pod("too-big-0", Some("too-big"), &[(CPU, 1_000), (GPU, 16)])
+            .pod("too-big-1", Some("too-big"), &[(CPU, 1_000), (GPU, 16)]);
+        let (spans, _) = spans_of_one_cycle(&cluster.build());
+        let named = |n: &'static str| spans.iter().filter(move |(name, _)| name == n);
+        assert_eq!(named("cycle").count(), 1, "{spans:?}");
+        let actions: Vec<&str> = named("action").map(|(_, f)| f["action"].as_str()).collect();
+        let conf = SchedulerConf::volcano_default();
+        assert_eq!(
+            actions,
+            conf.actions.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+        let gang = |key: &str| {
+            named("gang")
+                .find(|(_, f)| f["gang"] == key)
+                .map(|(_, f)| f.clone())
+                .unwrap_or_else(|| panic!("no gang span for {key}: {spans:?}"))
+        };
+        let refused = gang("default/too-big");
+        assert_ne!(refused["outcome"], "Running", "{refused:?}");
+        let reason = &refused["reason"];
+        assert!(reason.starts_with("NotEnoughResources: "), "{reason}");
+        assert!(reason.contains("0/2 pods placed (minMember 2)"), "{reason}");
+        assert!(
+            reason.contains(GPU),
+            "the reason names the short resource: {reason}"
+        );
+        let placed = gang("default/fits");
+        assert_eq!(placed["outcome"], "Running", "{placed:?}");
+        assert!(
+            placed["reason"].contains("2 of minMember 2 pods placed"),
+            "{placed:?}"
+        );
+    }
+
+    #[test]
+    fn a_settled_gang_is_traced_when_it_changes_and_not_in_the_cycles_after() {
+        let mut snapshot = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 8)])
+            .inqueue_group("done", "default", 1)
+            .running_pod("done-0", Some("done"), "n1", &[(CPU, 1_000), (GPU, 4)])
+            .inqueue_group("too-big", "default", 1)
+            .pod("too-big-0", Some("too-big"), &[(CPU, 1_000), (GPU, 16)])
+            .build();
+        let gangs = |spans: &[Captured]| -> Vec<String> {
+            spans
+                .iter()
+                .filter(|(n, _)| n == "gang")
+                .map(|(_, f)| f["gang"].clone())
+                .collect()
+        };
+        let (first, plan) = spans_of_one_cycle(&snapshot);
+        assert_eq!(
+            gangs(&first),
+            ["default/done", "default/too-big"],
+            "{first:?}"
+        );
+        // The API server takes the new statuses; the next cycle changes nothing for the
+        // Running gang, whose pod is bound: only the refused one is traced again.
+        for (key, status) in plan.status_updates {
+            let pg = snapshot.pod_groups.iter_mut().find(|g| g.key == key);
+            pg.expect("a status for a known PodGroup").status = status;
+        }
+        let (second, _) = spans_of_one_cycle(&snapshot);
+        assert_eq!(gangs(&second), ["default/too-big"], "{second:?}");
     }
 }

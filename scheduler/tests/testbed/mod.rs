@@ -446,6 +446,53 @@ pub fn finish(
     assert_eq!(failed, 0, "e2e checks failed (see the lines above)");
 }
 
+/// promtool, when `deploy/testbed/testbed build --promtool` has built it. Without it: None,
+/// after saying on stderr that the promtool part of `what` is skipped, unless
+/// `PHALANX_REQUIRE_PROMTOOL=1` (CI sets it once promtool is built), which panics instead.
+pub fn promtool(what: &str) -> Option<PathBuf> {
+    let out = Command::new(repo_root().join("deploy/testbed/testbed"))
+        .args(["tool-path", "promtool"])
+        .output()
+        .expect("the testbed script runs");
+    if out.status.success() {
+        return Some(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        ));
+    }
+    let required = std::env::var_os("PHALANX_REQUIRE_PROMTOOL").is_some_and(|v| v == "1");
+    assert!(
+        !required,
+        "PHALANX_REQUIRE_PROMTOOL=1 but promtool is not built (deploy/testbed/testbed build --promtool)"
+    );
+    eprintln!(
+        "promtool is not built (deploy/testbed/testbed build --promtool); skipping the promtool part of {what}"
+    );
+    None
+}
+
+/// `promtool check metrics <lint flags>` on `text`: (it passed, what it said).
+pub fn promtool_check(promtool: &Path, text: &str, lint: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .args(lint.split(' '))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool ends");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 /// The GPU resource the testbed's kwok nodes offer.
 pub const GPU: &str = "nvidia.com/gpu";
 

@@ -81,12 +81,16 @@ pub fn explain(shared: &AdminShared, p: &Published, key: &ObjectKey, o: &Owner) 
                 HomePool::Strict,
             )
         });
+        // A dry cycle: its decision lines sit under an `explain` span, so the grep for a
+        // gang's real decisions (`cycle{` at the start of the span path) leaves them out.
+        let dry = tracing::debug_span!("explain", podgroup = %key).entered();
         let (_, session) = run_cycle_scoped(
             snapshot,
             &shared.conf,
             &shared.scheduler_name,
             scope.as_ref(),
         );
+        drop(dry);
         let now = now_ms();
         text = crate::framework::explain::explain(&session, key, &|at| ago(now, at));
         let _ = writeln!(
