@@ -37,6 +37,8 @@ pub struct KubeBench {
     pub gpus_per_pod: i64,
     pub kube_qps: f64,
     pub kube_burst: u32,
+    /// `serve --bind-workers`.
+    pub bind_workers: usize,
     pub period_ms: u64,
     pub phalanx: PathBuf,
     pub timeout: Duration,
@@ -135,6 +137,7 @@ fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
             .args(["--period-ms", &b.period_ms.to_string()])
             .args(["--kube-qps", &b.kube_qps.to_string()])
             .args(["--kube-burst", &b.kube_burst.to_string()])
+            .args(["--bind-workers", &b.bind_workers.to_string()])
             .args(shard_flags(b, ns, &ids, &coord, *id))
             // All replicas on 127.0.0.1 of one machine, measured for scheduling
             // throughput; TLS on the ledger is covered by the testbed e2e.
@@ -417,6 +420,7 @@ pub fn run(b: &KubeBench) -> Result<()> {
         if b.shards > 1 {
             label += &format!(", {} shards", b.shards);
         }
+        label += &format!(", {} bind workers", b.bind_workers);
         if !queues.is_empty() {
             label += &format!(", {} queues", queues.len());
         }

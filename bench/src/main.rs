@@ -78,6 +78,9 @@ enum Command {
         kube_qps: f64,
         #[arg(long, default_value_t = 100)]
         kube_burst: u32,
+        /// `serve --bind-workers`: bind requests in flight at once per replica.
+        #[arg(long, default_value_t = 16)]
+        bind_workers: usize,
         #[arg(long, default_value_t = 200)]
         period_ms: u64,
         /// The phalanx binary.
@@ -282,6 +285,7 @@ fn main() -> Result<()> {
             gpus_per_pod,
             kube_qps,
             kube_burst,
+            bind_workers,
             period_ms,
             phalanx,
             timeout_s,
@@ -297,6 +301,7 @@ fn main() -> Result<()> {
             gpus_per_pod,
             kube_qps,
             kube_burst,
+            bind_workers,
             period_ms,
             phalanx,
             timeout: Duration::from_secs(timeout_s),

@@ -137,6 +137,10 @@ struct ServeArgs {
     /// API server writes allowed in a burst above --kube-qps.
     #[arg(long, default_value_t = 100)]
     kube_burst: u32,
+    /// Bind requests in flight at once (1 to 1024); each still passes --kube-qps, so more
+    /// workers help only when the API server's round trip, not the QPS budget, bounds the rate.
+    #[arg(long, default_value_t = phalanx_scheduler::cluster::kube::DEFAULT_BIND_WORKERS)]
+    bind_workers: usize,
     /// A volcano-scheduler.conf (actions and plugin tiers); Volcano's default without it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -525,6 +529,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         period_ms: args.period_ms,
         kube_qps: args.kube_qps,
         kube_burst: args.kube_burst,
+        bind_workers: args.bind_workers,
         conf,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
         install_crds: args.install_crds,
@@ -644,6 +649,12 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
             args.kube_qps
         ));
     }
+    if !(1..=MAX_BIND_WORKERS).contains(&args.bind_workers) {
+        return Err(format!(
+            "--bind-workers {}: must be 1 to {MAX_BIND_WORKERS}",
+            args.bind_workers
+        ));
+    }
     if !(1..=MAX_SYNC_TIMEOUT_S).contains(&args.sync_timeout_s) {
         return Err(format!(
             "--sync-timeout-s {}: must be 1 to {MAX_SYNC_TIMEOUT_S}",
@@ -652,6 +663,10 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Most bind requests in flight (`--bind-workers`): beyond it a replica only queues more
+/// work on the API server than it can take.
+const MAX_BIND_WORKERS: usize = 1024;
 
 /// Longest wait for the watch caches (`--sync-timeout-s`): a day.
 const MAX_SYNC_TIMEOUT_S: u64 = 86_400;

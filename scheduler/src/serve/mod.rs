@@ -75,6 +75,8 @@ pub struct ServeOptions {
     pub period_ms: u64,
     pub kube_qps: f64,
     pub kube_burst: u32,
+    /// Bind (and status/Event) requests in flight at once ([`KubeOptions::bind_workers`]).
+    pub bind_workers: usize,
     pub conf: SchedulerConf,
     /// How long to wait for the watch caches to sync at start.
     pub sync_timeout: Duration,
@@ -312,6 +314,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         KubeOptions {
             qps: opts.kube_qps,
             burst: opts.kube_burst,
+            bind_workers: opts.bind_workers,
             sync_timeout: opts.sync_timeout,
             instance: format!("phalanx-{}", opts.id),
             bound_by: Some(opts.id.to_string()),

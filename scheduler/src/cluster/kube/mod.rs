@@ -63,8 +63,10 @@ use crate::model::{DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroupStatus, Queue, T
 /// The Volcano API group and version of PodGroup and Queue.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
 pub const VOLCANO_VERSION: &str = "v1beta1";
-/// Bind requests in flight at once.
-pub const BIND_PARALLELISM: usize = 16;
+/// Bind requests in flight at once by default (`serve --bind-workers`): as many as
+/// kube-scheduler's default `parallelism`, and enough that a bind's round trip (~5-20 ms)
+/// does not bound the rate below the default 50 QPS (docs/configuration.md, "serve").
+pub const DEFAULT_BIND_WORKERS: usize = 16;
 /// `reportingController` of the Events phalanx writes.
 pub const REPORTING_CONTROLLER: &str = "phalanx.dev/scheduler";
 /// The annotation that names the replica that bound a pod (`KubeOptions::bound_by`).
@@ -87,6 +89,9 @@ pub struct KubeOptions {
     /// in the same Binding request: the API server copies a Binding's annotations onto
     /// the pod.
     pub bound_by: Option<String>,
+    /// Bind requests in flight at once (each still through the `qps` bucket); the same
+    /// bound for PodGroup status writes and for Events.
+    pub bind_workers: usize,
 }
 
 impl Default for KubeOptions {
@@ -98,6 +103,7 @@ impl Default for KubeOptions {
             retry: RetryPolicy::default(),
             instance: "phalanx".into(),
             bound_by: None,
+            bind_workers: DEFAULT_BIND_WORKERS,
         }
     }
 }
@@ -480,7 +486,7 @@ impl KubeCluster {
             .insert(pod.clone(), node.to_string());
     }
 
-    /// Binds many pods, [`BIND_PARALLELISM`] requests in flight at most (each one through
+    /// Binds many pods, [`KubeOptions::bind_workers`] requests in flight at most (each one through
     /// the QPS token bucket); one result per pod, in order.
     pub fn bind_all(&mut self, binds: &[(ObjectKey, String)]) -> Vec<Result<(), ClusterError>> {
         let mut results: Vec<Option<Result<(), ClusterError>>> = binds
@@ -489,12 +495,13 @@ impl KubeCluster {
             .collect();
         let todo: Vec<usize> = (0..binds.len()).filter(|&i| results[i].is_none()).collect();
         let this = &*self;
+        let workers = this.options.bind_workers.max(1);
         let outcomes: Vec<(usize, Result<(), ClusterError>)> = this.block_on(
             futures::stream::iter(todo.into_iter().map(|i| {
                 let (pod, node) = &binds[i];
                 async move { (i, this.bind_async(pod, node).await) }
             }))
-            .buffer_unordered(BIND_PARALLELISM)
+            .buffer_unordered(workers)
             .collect(),
         );
         for (i, outcome) in outcomes {
@@ -736,27 +743,28 @@ impl KubeCluster {
         })
     }
 
-    /// Writes PodGroup statuses, then Events, [`BIND_PARALLELISM`] requests in flight at
-    /// most; returns the failures.
+    /// Writes PodGroup statuses, then Events, [`KubeOptions::bind_workers`] requests in
+    /// flight at most; returns the failures.
     pub fn report_all(
         &mut self,
         statuses: &[(ObjectKey, PodGroupStatus)],
         events: &[Event],
     ) -> Vec<ClusterError> {
         let this = &*self;
+        let workers = this.options.bind_workers.max(1);
         this.block_on(async move {
             let mut failures: Vec<ClusterError> = futures::stream::iter(
                 statuses
                     .iter()
                     .map(|(key, status)| this.status_async(key, status)),
             )
-            .buffer_unordered(BIND_PARALLELISM)
+            .buffer_unordered(workers)
             .filter_map(|r| async move { r.err() })
             .collect()
             .await;
             failures.extend(
                 futures::stream::iter(events.iter().map(|e| this.event_async(e)))
-                    .buffer_unordered(BIND_PARALLELISM)
+                    .buffer_unordered(workers)
                     .filter_map(|r| async move { r.err() })
                     .collect::<Vec<_>>()
                     .await,
