@@ -18,9 +18,11 @@ use phalanx_statestore::ledger::state::PlacementState;
 use serde_json::json;
 
 use crate::check::{LedgerPlacement, Violation, check_i3};
-use crate::faults::{self, Fault};
+use crate::faults::{self, Fault, FaultKind};
 use crate::fleet::{Fleet, FleetConfig};
 use crate::history::{Event, Record, Writer};
+use crate::hostile;
+use crate::links::Links;
 use crate::proxy::{self, Control, Proxy};
 use crate::recorder::{self, Clock, Live};
 use crate::workload::{self, GangSpec, Generator, PRIORITIES, WorkloadConfig, WorkloadStats};
@@ -38,6 +40,10 @@ pub struct RunConfig {
     pub max_in_flight: usize,
     /// Put the API-server proxy between the replicas and kube-apiserver.
     pub api_proxy: bool,
+    /// Put the link proxies between the replicas (`src/links.rs`).
+    pub link_proxies: bool,
+    /// Pods of the `hostile-objects` fault's wide gang.
+    pub hostile_wide_pods: u32,
 }
 
 /// One fault as injected.
@@ -177,7 +183,7 @@ fn inject_all(ctx: &Ctx, fleet: &mut Fleet, config: &RunConfig) -> (Vec<Injected
         if config.until.is_some_and(|u| started.elapsed() >= u) {
             break;
         }
-        match inject_one(ctx, fleet, f, n, config.seed) {
+        match inject_one(ctx, fleet, f, n, config) {
             Ok(i) => done.push(i),
             Err(e) => {
                 errors.push(Violation {
@@ -199,8 +205,9 @@ fn inject_one(
     fleet: &mut Fleet,
     f: &Fault,
     n: usize,
-    seed: u64,
+    config: &RunConfig,
 ) -> anyhow::Result<Injected> {
+    let seed = config.seed;
     wait_for(
         Duration::from_secs(30),
         "the fleet whole before the fault",
@@ -215,6 +222,7 @@ fn inject_one(
         .collect();
     let control = ctx.proxy.as_ref().map(|p| &*p.control);
     let before = control.map(Control::counts);
+    let links_before = fleet.links.as_ref().map(|l| l.counts());
     let start_ms = ctx.clock.now_ms();
     ctx.clock.emit(Event::FaultStart {
         fault: f.kind.name().to_string(),
@@ -222,11 +230,29 @@ fn inject_one(
         victim,
         shards: shards.clone(),
     });
-    faults::inject(fleet, control, victim, f, &mut || probe(ctx, &shards, n))?;
+    let mut made = String::new();
+    let wide = config.hostile_wide_pods;
+    let what = faults::inject(fleet, control, victim, f, &mut || {
+        if f.kind == FaultKind::HostileObjects {
+            let q = &ctx.queues[&0];
+            made = ctx
+                .rt
+                .block_on(hostile::create(&ctx.client, &ctx.ns, q, n, wide))
+                .summary();
+        }
+        probe(ctx, &shards, n)
+    })?;
+    let what = if made.is_empty() { what } else { made };
+    if let Some(gone) = fleet.exited_by_themselves().first() {
+        anyhow::bail!("{gone} (its log: {})", fleet.log_of(gone.0).display());
+    }
     let end_ms = ctx.clock.now_ms();
     let note = match (control, before) {
-        (Some(c), Some(b)) => c.counts().since(&b),
-        _ => String::new(),
+        (Some(c), Some(b)) if f.kind.through_proxy() => c.counts().since(&b),
+        _ => match (&fleet.links, links_before) {
+            (Some(l), Some(b)) if f.kind.through_links() => l.counts().since(&b),
+            _ => what,
+        },
     };
     ctx.clock.emit(Event::FaultEnd {
         fault: f.kind.name().to_string(),
@@ -466,7 +492,17 @@ pub fn run(
             ctx.clock.clone(),
         )),
     ];
-    let mut fleet = Fleet::start(fleet_config, 3)?;
+    // The link proxies get their own runtime: the replicas' Raft RPCs time out in 100 ms,
+    // and the harness's runtime also carries the API-server proxy and the recorder.
+    let link_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("chaos-links")
+        .enable_all()
+        .build()?;
+    let links = config
+        .link_proxies
+        .then(|| (link_rt.handle(), Arc::new(Links::default())));
+    let mut fleet = Fleet::start(fleet_config, 3, links)?;
     let up = wait_for(
         Duration::from_secs(90),
         "3 replicas ready, every shard owned",
@@ -528,6 +564,7 @@ pub fn run(
     drop(clock);
     let history = rt.block_on(writer)??;
     drop(fleet);
+    drop(link_rt);
     drop(proxy);
     let namespaces: Api<Namespace> = Api::all(client);
     let _ = rt.block_on(namespaces.delete(&ns, &DeleteParams::default()));
