@@ -3,7 +3,10 @@
 //!
 //! `cycle`: one scheduling cycle (session open, enqueue, allocate, backfill, close) over a
 //! generated cluster of N nodes × G GPUs with P pending pods in gangs of 1..64.
+//!
+//! `codec`: the Raft log record and proposal sizes and codec times, JSON beside postcard.
 
+mod codec;
 mod kube;
 
 use std::path::PathBuf;
@@ -27,6 +30,20 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Bytes per Raft log record and encode/decode ns per command of a batch of gang
+    /// commits, in the JSON of older logs and in postcard, side by side.
+    Codec {
+        /// `PlaceGangs` commands in the batch.
+        #[arg(long, default_value_t = 64)]
+        commands: usize,
+        #[arg(long, default_value_t = 1)]
+        gangs_per_command: usize,
+        #[arg(long, default_value_t = 8)]
+        pods_per_gang: usize,
+        /// Passes per codec; the median is reported.
+        #[arg(long, default_value_t = 201)]
+        repeat: usize,
+    },
     /// Kill the ledger's leader again and again during a simulated run (3 replicas on
     /// loopback) and report the time from each kill to the next committed plan.
     Failover {
@@ -159,6 +176,17 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Codec {
+            commands,
+            gangs_per_command,
+            pods_per_gang,
+            repeat,
+        } => codec::run(&codec::CodecBench {
+            commands,
+            gangs_per_command,
+            pods_per_gang,
+            repeat,
+        }),
         Command::ShardFailover {
             replicas,
             shards,

@@ -7,6 +7,8 @@
 //!   makes gangs all-or-nothing, plugin hooks and tiers;
 //! - [`plugins`] and [`actions`]: Volcano-compatible scheduling policy;
 //! - [`cluster`]: the [`cluster::Cluster`] seam, with the embedded simulator behind it;
+//! - [`replica`]: the replica engine every driver shares: the 2PC pump and the pure
+//!   routing and commit-then-bind functions;
 //! - [`simulate`]: the `phalanx simulate` driver (scenarios, the demo, synthetic runs).
 
 pub mod actions;
@@ -19,6 +21,7 @@ pub mod manifest;
 pub mod model;
 pub mod observe;
 pub mod plugins;
+pub mod replica;
 pub mod serve;
 pub mod shard;
 pub mod simulate;

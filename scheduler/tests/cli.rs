@@ -1,7 +1,7 @@
 //! The `phalanx` binary as a user meets it: exit codes 0 / 1 / 2 of SCENARIOS.md and the
 //! built-in demo.
 
-mod common;
+use crate::common;
 use common::{phalanx, scenario};
 
 #[test]

@@ -1,6 +1,6 @@
 //! `phalanx simulate --explain NAMESPACE/PODGROUP` and `--queues`, as a user runs them.
 
-mod common;
+use crate::common;
 use common::scenario;
 
 /// Exit code and stdout + stderr together.

@@ -6,7 +6,7 @@ use phalanx_scheduler::manifest::volcano::crd::{
     all_crds_yaml, crd_yaml, job_crd, pod_group_crd, queue_crd,
 };
 
-const REGENERATE: &str = "regenerate with `PHALANX_REGENERATE_CRDS=1 cargo test -p phalanx-scheduler --test crds` \
+const REGENERATE: &str = "regenerate with `PHALANX_REGENERATE_CRDS=1 cargo test -p phalanx-scheduler --test integration crds::` \
      (or `cargo run -p phalanx-scheduler -- crds`, see deploy/crds/README.md)";
 
 fn crds_dir() -> PathBuf {

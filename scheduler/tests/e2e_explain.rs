@@ -11,10 +11,10 @@
 //!
 //! ```text
 //! deploy/testbed/testbed up --nodes 16 --zones 4
-//! cargo test -p phalanx-scheduler --test e2e_explain -- --ignored --nocapture
+//! cargo test --workspace --test e2e -- --ignored --nocapture e2e_explain::
 //! ```
 
-mod testbed;
+use crate::testbed;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -14,10 +14,10 @@
 //!
 //! ```text
 //! deploy/testbed/testbed up --nodes 16 --zones 4
-//! cargo test -p phalanx-scheduler --test e2e_jobs -- --ignored --nocapture
+//! cargo test --workspace --test e2e -- --ignored --nocapture e2e_jobs::
 //! ```
 
-mod testbed;
+use crate::testbed;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -6,13 +6,13 @@
 //!
 //! ```text
 //! deploy/testbed/testbed up --nodes 16
-//! cargo test -p phalanx-scheduler --test e2e_kube -- --ignored --nocapture
+//! cargo test --workspace --test e2e -- --ignored --nocapture e2e_kube::
 //! ```
 //!
 //! Without a running testbed the test fails and says how to start one. It prints one line per
 //! check and a summary `e2e: N passed, M failed`.
 
-mod testbed;
+use crate::testbed;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

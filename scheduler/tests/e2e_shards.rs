@@ -15,10 +15,10 @@
 //!
 //! ```text
 //! deploy/testbed/testbed up --nodes 16 --zones 4
-//! cargo test -p phalanx-scheduler --test e2e_shards -- --ignored --nocapture
+//! cargo test --workspace --test e2e -- --ignored --nocapture e2e_shards::
 //! ```
 
-mod testbed;
+use crate::testbed;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

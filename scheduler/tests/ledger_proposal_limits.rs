@@ -12,7 +12,7 @@
 //!
 //! Release build only (a debug build's JSON and apply of 2 MiB proposals is too slow
 //! for the AppendEntries deadline on a busy machine):
-//! `cargo test --release -p phalanx-scheduler --test ledger_proposal_limits -- --ignored`.
+//! `cargo test --release -p phalanx-scheduler --test integration -- --ignored ledger_proposal_limits::`.
 //! `.ci/run` takes the same path through the release binary (`phalanx simulate --nodes
 //! 20000 --jobs 12000 --replicas 3`) rather than building the tests again in release.
 

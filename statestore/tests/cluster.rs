@@ -391,3 +391,67 @@ async fn a_stopped_replica_refuses_proposals_on_connections_opened_before_the_st
     }
     c.shutdown().await.unwrap();
 }
+
+/// A proposal over the batch limits, sent straight to the leader's gRPC service as a
+/// hostile client would (the `LedgerClient` refuses to send one): refused as a whole with
+/// INVALID_ARGUMENT naming the size and the limit, and nothing of it is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_over_the_batch_limits_is_invalid_argument_naming_size_and_limit() {
+    use phalanx_proto::ledger::ProposeRequest;
+    use phalanx_proto::ledger::ledger_service_client::LedgerServiceClient;
+    use phalanx_statestore::network::MAX_PROPOSAL_BYTES;
+    use phalanx_statestore::network::wire::ledger_batch;
+    use phalanx_statestore::{LedgerBatch, MAX_COMMANDS_PER_BATCH};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start_local_cluster_with(1, dir.path(), test_config())
+        .await
+        .expect("cluster starts");
+    let client = cluster.client();
+    seed(&client).await;
+    let leader = cluster.wait_for_leader(WAIT).await.expect("a leader");
+    let addr = cluster.addrs()[&leader];
+    let mut raw = LedgerServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connects");
+    let fingerprint = || async {
+        let read = client.read().await.expect("linearizable read");
+        read.state.expect("state asked for").fingerprint()
+    };
+    let before = fingerprint().await;
+
+    let commands = MAX_COMMANDS_PER_BATCH + 1;
+    let batch = LedgerBatch {
+        commands: (0..commands)
+            .map(|i| release(vec![format!("ns/p{i}")]))
+            .collect(),
+    };
+    let request = ledger_batch::to_wire(&batch).expect("encodes");
+    let status = raw.propose(request).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    let expected = format!("{commands} commands in one batch, limit {MAX_COMMANDS_PER_BATCH}");
+    assert_eq!(status.message(), expected);
+
+    let oversized = ProposeRequest {
+        batch: vec![0; MAX_PROPOSAL_BYTES + 1],
+        ..ProposeRequest::default()
+    };
+    let status = raw.propose(oversized).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    let expected = format!(
+        "proposal of {} bytes, limit {MAX_PROPOSAL_BYTES}",
+        MAX_PROPOSAL_BYTES + 1
+    );
+    assert_eq!(status.message(), expected);
+    assert_eq!(before, fingerprint().await, "nothing of either was applied");
+
+    // At the limit the batch is taken (the releases name no placed pod: each is refused
+    // in the reply, not the batch as a whole).
+    let at_limit = LedgerBatch {
+        commands: batch.commands[..MAX_COMMANDS_PER_BATCH].to_vec(),
+    };
+    let reply = raw
+        .propose(ledger_batch::to_wire(&at_limit).expect("encodes"))
+        .await;
+    assert!(reply.is_ok(), "{reply:?}");
+}

@@ -232,7 +232,10 @@ async fn three_replica_processes_all_sigkilled_restart_with_every_acknowledged_p
 }
 
 /// Entries written in the disk-use test: each is a batch placing and releasing one pod.
-const DISK_TEST_ENTRIES: usize = 1500;
+/// Enough for the log file to pass `COMPACT_MIN_BYTES` (256 KiB) more than once, so that
+/// compaction must run: in postcard (ADR 0003) such an entry is ~85 bytes, and the 1,500
+/// entries sized for JSON records (127 KB in all) never reached it.
+const DISK_TEST_ENTRIES: usize = 8000;
 /// Upper bound on the Raft log file after those writes with purging.
 const LOG_FILE_BOUND_BYTES: u64 = 512 * 1024;
 /// Upper bound on the whole replica directory (log + sled).

@@ -8,7 +8,8 @@
 #      run of the rendered manifests, helm install, Pod Security "restricted" enforced on a
 #      pod made from the installed StatefulSet, the service account's rights (kubectl auth
 #      can-i), the replica-count guard on upgrade, then the installed StatefulSet's pods run
-#      as processes with the service account's token (a gang placed, the leader SIGKILLed,
+#      as processes with the service account's token (`phalanx status` through every
+#      replica's admin port lists every replica and shard, a gang placed, the leader SIGKILLed,
 #      another gang placed, the killed pod back on its data dir, a rolling restart, a third
 #      gang placed), and helm uninstall; then the same with 5 replicas. The replicas run
 #      mutual TLS from a Secret made by deploy/tls/make-certs.sh (the chart's default) and
@@ -113,8 +114,8 @@ for set in "${VALUE_SETS[@]}"; do
 done
 check "replicas=0 is refused by the schema" refused "replicas" "$HELM" template x "$CHART" --set replicas=0
 check "a misspelt key is refused by the schema" refused "replicaz" "$HELM" template x "$CHART" --set replicaz=3
-check "rendered-YAML checks (cargo test --test helm_chart)" \
-  cargo test -p phalanx-scheduler --test helm_chart -- --ignored --skip the_installed
+check "rendered-YAML checks (cargo test --test integration helm_chart::)" \
+  cargo test --workspace --test integration -- --ignored helm_chart:: --skip the_installed
 
 # ------------------------------------------------------------------ testbed
 if "$TESTBED" status >/dev/null 2>&1; then
@@ -282,10 +283,10 @@ run_pods() { # work namespace [replicas to scale to and back]
   PHALANX_HELM_SA_KUBECONFIG="$OUT/sa-kubeconfig" PHALANX_HELM_NAMESPACE="$NS" \
     PHALANX_HELM_STATEFULSET=phalanx PHALANX_HELM_WORK_NAMESPACE="$1" \
     PHALANX_HELM_RELEASE="$RELEASE" PHALANX_HELM_SCALE_TO="${2:-}" \
-    cargo test -p phalanx-scheduler --test helm_chart -- --ignored --exact \
-    the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
+    cargo test --workspace --test integration -- --ignored --exact \
+    helm_chart::the_installed_statefulsets_pods_as_processes_place_gangs_through_a_killed_leader_and_a_rolling_restart --nocapture
 }
-check "the installed StatefulSet's pods as processes: gangs placed through a SIGKILLed leader, a rolling restart, and helm upgrade 3 -> 5 -> 3" \
+check "the installed StatefulSet's pods as processes: phalanx status lists them all, gangs placed through a SIGKILLed leader, a rolling restart, and helm upgrade 3 -> 5 -> 3" \
   run_pods helm-e2e-3 5
 grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 
@@ -302,7 +303,7 @@ check "helm uninstall removes the release and keeps the CRDs" uninstalled
 check "helm install --set replicas=5 (after the uninstall)" \
   "$HELM" install "$RELEASE" "$CHART" -n "$NS" --set replicas=5
 check "a kubeconfig with the service account's token, for the new release" sa_kubeconfig
-check "5 replicas as processes: gangs placed through a SIGKILLed leader and a rolling restart" run_pods helm-e2e-5
+check "5 replicas as processes: phalanx status lists them all, gangs placed through a SIGKILLed leader and a rolling restart" run_pods helm-e2e-5
 grep '^helm e2e: [oF]' "$OUT/check-$n.log" | sed 's/^/      /'
 check "helm uninstall (5 replicas)" uninstalled
 

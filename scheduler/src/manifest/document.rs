@@ -7,10 +7,12 @@
 //! `serde_path_to_error` (for the field path) and [`QuantityText`] (so quantities keep the
 //! text the user wrote); YAML positions are shifted back to lines of the file.
 
+use std::rc::Rc;
+
 use serde::Deserialize;
 
 use super::error::{DocLocation, FieldError, Problem};
-use super::quantity_text::QuantityText;
+use super::quantity_text::{QuantityText, Skipped, SkippedField};
 
 /// Nesting, alias and size limits applied to every document (a hostile file must not blow
 /// the stack or memory).
@@ -135,21 +137,32 @@ impl<'a> Document<'a> {
     /// Reads the document as `T`. Type errors carry the field path and position; syntax
     /// errors carry the position.
     pub fn read<T: Deserialize<'a>>(&self) -> Result<T, Problem> {
+        read_chunk(self.chunk).map(|(value, _)| value)
+    }
+
+    /// Reads the document as `T`, with the fields `T` does not have (see [`Skipped`]).
+    pub fn read_noting_unknown<T: Deserialize<'a>>(
+        &self,
+    ) -> Result<(T, Vec<SkippedField>), Problem> {
         read_chunk(self.chunk)
     }
 }
 
-/// Reads `chunk` as `T` (see [`Document::read`]).
-pub(crate) fn read_chunk<'a, T: Deserialize<'a>>(chunk: Chunk<'a>) -> Result<T, Problem> {
+/// Reads `chunk` as `T` (see [`Document::read`]), with the fields it skipped.
+pub(crate) fn read_chunk<'a, T: Deserialize<'a>>(
+    chunk: Chunk<'a>,
+) -> Result<(T, Vec<SkippedField>), Problem> {
     let mut path = String::new();
+    let skipped = Rc::new(Skipped::default());
     let result =
         serde_saphyr::with_deserializer_from_str_with_options(chunk.text, yaml_options(), |de| {
-            serde_path_to_error::deserialize(QuantityText(de)).map_err(|e| {
+            serde_path_to_error::deserialize(QuantityText(de, Rc::clone(&skipped))).map_err(|e| {
                 path = e.path().to_string();
                 e.into_inner()
             })
         });
-    result.map_err(|e| yaml_problem(&e, &path, chunk))
+    let value = result.map_err(|e| yaml_problem(&e, &path, chunk))?;
+    Ok((value, skipped.take()))
 }
 
 /// Turns a serde-saphyr error into a [`Problem`] with file positions; a type mismatch

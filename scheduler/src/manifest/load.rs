@@ -5,6 +5,7 @@
 //! across the whole input at the end (references, duplicates, sums that must fit in
 //! `i64`, a Job's minResources, which needs every PriorityClass).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
@@ -15,11 +16,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::checks;
 use super::conf_position::conf_error_in_file;
-use super::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
+use super::convert::{
+    UNHONOURED_CONSTRAINT, node_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    unhonoured_constraints,
+};
 use super::document::{Document, Header, split_documents, text};
 use super::error::{DocLocation, FieldError, ManifestError, Problem};
 use super::expectation::ExpectationDoc;
+use super::quantity_text::SkippedField;
 use super::scheduler_conf::parse_scheduler_conf;
+use super::unknown_fields::{unknown_field_error, unknown_fields};
 use super::volcano::job::TaskForMinResources;
 use super::volcano::{
     VolcanoJob, VolcanoPodGroup, VolcanoQueue, expand_job, job_min_resources,
@@ -38,8 +44,8 @@ pub const SCHEDULER_CONF_KEY: &str = "volcano-scheduler.conf";
 pub struct LoadOptions {
     /// The scheduler name phalanx answers to; pods without `schedulerName` get it.
     pub scheduler_name: String,
-    /// Refuse a scheduler configuration that names actions or plugins phalanx lacks
-    /// (otherwise they are skipped with a warning).
+    /// Refuse a scheduler configuration that names actions or plugins phalanx lacks, and
+    /// manifests with fields phalanx's types do not have (otherwise each is a warning).
     pub strict_config: bool,
 }
 
@@ -202,16 +208,37 @@ impl<'o> Loader<'o> {
         let ctx = DocContext {
             doc,
             object: describe(kind, header, namespaced(api_version, kind)),
+            strict: self.opts.strict_config,
+            unknown: RefCell::new(Vec::new()),
         };
+        if let Err(mut err) = self.add_object(&ctx, api_version, kind) {
+            // A typo is often the cause (`replica: 2` leaves a task without pods).
+            note_unknown_fields(&mut err, &ctx.unknown.take());
+            return Err(err);
+        }
+        for field in ctx.unknown.take() {
+            let warning = unknown_field_error(&field, false).to_string();
+            self.warn(&ctx, &warning);
+        }
+        Ok(())
+    }
+
+    fn add_object(
+        &mut self,
+        ctx: &DocContext<'_, '_>,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(), ManifestError> {
+        let doc = ctx.doc;
         match (api_version, kind) {
-            ("v1", "Node") => self.add_node(&ctx),
-            ("v1", "Pod") => self.add_pod(&ctx),
-            ("v1", "ConfigMap") => self.add_config_map(&ctx),
-            ("scheduling.k8s.io/v1", "PriorityClass") => self.add_priority_class(&ctx),
-            ("scheduling.volcano.sh/v1beta1", "PodGroup") => self.add_pod_group(&ctx),
-            ("scheduling.volcano.sh/v1beta1", "Queue") => self.add_queue(&ctx),
-            ("batch.volcano.sh/v1alpha1", "Job") => self.add_job(&ctx),
-            ("phalanx.dev/v1alpha1", "Expectation") => self.add_expectation(&ctx),
+            ("v1", "Node") => self.add_node(ctx),
+            ("v1", "Pod") => self.add_pod(ctx),
+            ("v1", "ConfigMap") => self.add_config_map(ctx),
+            ("scheduling.k8s.io/v1", "PriorityClass") => self.add_priority_class(ctx),
+            ("scheduling.volcano.sh/v1beta1", "PodGroup") => self.add_pod_group(ctx),
+            ("scheduling.volcano.sh/v1beta1", "Queue") => self.add_queue(ctx),
+            ("batch.volcano.sh/v1alpha1", "Job") => self.add_job(ctx),
+            ("phalanx.dev/v1alpha1", "Expectation") => self.add_expectation(ctx),
             _ => Err(ManifestError::new(
                 doc.at.clone(),
                 None,
@@ -289,6 +316,9 @@ impl<'o> Loader<'o> {
             .map_err(|e| ctx.field(e))?;
         pod.creation_index = self.creation();
         self.claim(ctx, "Pod", pod.key.to_string(), format!("Pod {}", pod.key))?;
+        for field in raw.spec.iter().flat_map(unhonoured_constraints) {
+            self.warn(ctx, &format!("{field} {UNHONOURED_CONSTRAINT}"));
+        }
         self.out.pods.push(pod);
         Ok(())
     }
@@ -386,6 +416,7 @@ impl<'o> Loader<'o> {
             )?;
             self.out.pods.push(pod);
         }
+        warnings.extend(job_unhonoured_constraints(&raw));
         warnings.iter().for_each(|w| self.warn(ctx, w));
         Ok(())
     }
@@ -460,6 +491,43 @@ impl<'o> Loader<'o> {
     }
 }
 
+/// One warning per task template carrying a constraint phalanx does not evaluate.
+fn job_unhonoured_constraints(job: &VolcanoJob) -> Vec<String> {
+    let tasks = job.spec.iter().flat_map(|s| s.tasks.iter().flatten());
+    tasks
+        .enumerate()
+        .flat_map(|(i, task)| {
+            let spec = task.template.as_ref().and_then(|t| t.spec.as_ref());
+            spec.map(unhonoured_constraints)
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |field| {
+                    format!("spec.tasks[{i}].template.{field} {UNHONOURED_CONSTRAINT}")
+                })
+        })
+        .collect()
+}
+
+/// Adds the document's unknown fields to an error about it.
+fn note_unknown_fields(err: &mut ManifestError, unknown: &[SkippedField]) {
+    if unknown.is_empty() {
+        return;
+    }
+    let notes: Vec<String> = unknown
+        .iter()
+        .map(|f| unknown_field_error(f, false).to_string())
+        .collect();
+    let note = format!(
+        " (the document also has unknown fields: {})",
+        notes.join("; ")
+    );
+    match err.problem.as_mut() {
+        Problem::Field(field) => field.problem.push_str(&note),
+        Problem::Invalid(message) => message.push_str(&note),
+        _ => {}
+    }
+}
+
 /// A pod's name, namespace and labels within Kubernetes' bounds; `prefix` says which
 /// generated pod it is, for a Job's.
 fn check_pod_fields(pod: &Pod, prefix: &str) -> Result<(), FieldError> {
@@ -515,11 +583,25 @@ fn check_job_sizes_and_names(pg: &PodGroup, pods: &[Pod]) -> Result<(), FieldErr
 pub(crate) struct DocContext<'d, 't> {
     doc: &'d Document<'t>,
     object: String,
+    /// Unknown fields are errors, not warnings.
+    strict: bool,
+    /// The unknown fields of the typed read, warned about once the object loaded.
+    unknown: RefCell<Vec<SkippedField>>,
 }
 
 impl<'t> DocContext<'_, 't> {
+    /// The document as `T`; its unknown fields are kept for warnings, or refused in strict
+    /// mode.
     fn read<T: serde::Deserialize<'t>>(&self) -> Result<T, ManifestError> {
-        self.doc.read().map_err(|p| self.error(p))
+        let (value, skipped) = self.doc.read_noting_unknown().map_err(|p| self.error(p))?;
+        let unknown = unknown_fields(skipped);
+        if self.strict
+            && let Some(first) = unknown.first()
+        {
+            return Err(self.field(unknown_field_error(first, true)));
+        }
+        self.unknown.replace(unknown);
+        Ok(value)
     }
 
     fn field(&self, e: FieldError) -> ManifestError {

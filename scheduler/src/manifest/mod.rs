@@ -20,7 +20,9 @@
 //! - Warnings (in [`Workload::warnings`]) have the same `location, object: message` prefix.
 //!   Loading never stops for a warning; they cover what phalanx reads but does not act on,
 //!   and references to undeclared objects (a pod's PodGroup, a PodGroup's queue, a
-//!   PriorityClass), which the scheduler reports as pending with a reason.
+//!   PriorityClass), which the scheduler reports as pending with a reason. A field the
+//!   object's type does not have (`minMembr: 3`) is a warning naming its path and value,
+//!   and an error under [`LoadOptions::strict_config`].
 //! - `creation_index` counts from 1 in document order (a Job's PodGroup, then its pods); the
 //!   implicit `default` queue is 0.
 //! - A pod (or Job) without `schedulerName` gets [`LoadOptions::scheduler_name`]; one that
@@ -41,6 +43,7 @@ mod go_duration;
 mod load;
 mod quantity_text;
 pub mod scheduler_conf;
+mod unknown_fields;
 pub mod volcano;
 mod workload;
 

@@ -89,6 +89,7 @@ pub fn parse_scheduler_conf(
         text,
         first_line: 1,
     })
+    .map(|(raw, _)| raw)
     .map_err(|p| match p {
         Problem::Syntax {
             line,

@@ -144,6 +144,14 @@ fn transport(
     opts: &ServeOptions,
 ) -> Result<Transport, ServeError> {
     let Some(files) = &opts.tls else {
+        let listeners = [
+            ("--listen", Some(opts.listen)),
+            ("--coord-listen", opts.coord_listen),
+            ("--admin-listen", opts.admin_listen),
+        ];
+        for warning in plaintext_exposure_warnings(&listeners) {
+            tracing::warn!("{warning}");
+        }
         runtime.spawn(async {
             let mut tick = tokio::time::interval(PLAINTEXT_WARNING_EVERY);
             loop {
@@ -157,6 +165,29 @@ fn transport(
     let _guard = runtime.enter();
     state.spawn_reloader(TLS_RELOAD_EVERY);
     Ok(Transport::Tls(state))
+}
+
+/// Under `--insecure-plaintext`, one warning per gRPC listen flag bound beyond loopback
+/// (`0.0.0.0`, a pod IP): there every host and pod that can route to the port can speak
+/// to it unauthenticated, where a loopback bind keeps it to this host.
+fn plaintext_exposure_warnings(listeners: &[(&str, Option<SocketAddr>)]) -> Vec<String> {
+    listeners
+        .iter()
+        .filter_map(|(flag, addr)| addr.map(|a| (flag, a)))
+        .filter(|(_, addr)| !addr.ip().is_loopback())
+        .map(|(flag, addr)| {
+            let what = match *flag {
+                "--listen" => "propose ledger commands and Raft messages",
+                "--coord-listen" => "prepare, commit and abort cross-shard reservations",
+                _ => "read every gang's explanation and the cluster's status",
+            };
+            format!(
+                "{flag} {addr} is not a loopback address and --insecure-plaintext is on: \
+                 anyone who can reach it can {what} without a certificate; give \
+                 --tls-cert/--tls-key/--tls-ca, or bind to 127.0.0.1 (docs/security.md)"
+            )
+        })
+        .collect()
 }
 
 /// Parses `1=127.0.0.1:7001,2=host:7002`.
@@ -496,6 +527,26 @@ fn follow_peers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plaintext_listeners_beyond_loopback_are_warned_about_by_flag_and_address() {
+        let addr = |text: &str| Some(text.parse().expect("an address"));
+        let warnings = plaintext_exposure_warnings(&[
+            ("--listen", addr("0.0.0.0:7001")),
+            ("--coord-listen", addr("127.0.0.1:7101")),
+            ("--admin-listen", addr("[::]:7201")),
+        ]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("--listen 0.0.0.0:7001 is not a loopback"));
+        assert!(warnings[0].contains("ledger commands"));
+        assert!(warnings[1].starts_with("--admin-listen [::]:7201"));
+        let quiet = plaintext_exposure_warnings(&[
+            ("--listen", addr("127.0.0.1:7001")),
+            ("--coord-listen", None),
+            ("--admin-listen", addr("[::1]:7201")),
+        ]);
+        assert!(quiet.is_empty(), "{quiet:?}");
+    }
 
     #[test]
     fn peers_parse_and_bad_ones_are_named() {

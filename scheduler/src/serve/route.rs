@@ -1,7 +1,8 @@
 //! Where a planned gang can be committed by this replica: `PlaceGangs` at (shard, epoch)
 //! when every node it was given lies in the pool of one shard this replica owns; anything
-//! else would need the two-phase reservation between replicas, which `phalanx serve` does
-//! not run yet, so such a gang stays pending with a condition that says why.
+//! else needs the two-phase reservation between replicas (`serve/twophase.rs`, with
+//! `--coord-listen`, started by the owner of the gang's home shard); without it such a
+//! gang stays pending with a condition that says why.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,12 +21,12 @@ pub const REASON_SPANS_SHARDS: &str = "SpansShards";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NotLocal {
     #[error(
-        "spans shards {}; cross-shard placement needs two-phase reservation between replicas, which phalanx serve does not run yet",
+        "spans shards {}; cross-shard placement needs two-phase reservation between replicas, which this replica runs only with --coord-listen",
         list(.0)
     )]
     SpansShards(BTreeSet<ShardId>),
     #[error(
-        "its nodes lie in shard {0}'s pool, which another replica owns; placing it there needs two-phase reservation between replicas, which phalanx serve does not run yet"
+        "its nodes lie in shard {0}'s pool, which another replica owns; placing it there needs two-phase reservation between replicas, which this replica runs only with --coord-listen"
     )]
     OtherOwner(ShardId),
     #[error("node {0} is not in the ledger yet (the leader registers it)")]

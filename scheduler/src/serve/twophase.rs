@@ -18,6 +18,11 @@
 //! `--coord-peers`; those to itself are handed over directly. The pump runs twice a period
 //! (before planning, for the messages that arrived since, and after the commits).
 //! Deadlines are on the wall clock, as the ledger's own expiry (`ExpireAt`) is.
+//!
+//! The pump's loop is the engine's ([`crate::replica::pump`], shared with the simulator);
+//! this module is its driver for one replica: `ServeDriver` steps this replica's machines,
+//! proposes through its ledger client, sends to the other replicas over gRPC and binds
+//! through the API server.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -33,37 +38,23 @@ use super::ledger::ServeLedger;
 use super::metric;
 use crate::cluster::ClusterSnapshot;
 use crate::cluster::kube::KubeCluster;
-use crate::coord::service::{
-    CoordClient, CoordMessage, CoordServer, Delivery, Route, SharedCoordinators, lock,
-};
+use crate::coord::service::{CoordClient, CoordMessage, CoordServer, SharedCoordinators, lock};
 use crate::coord::{
-    CoordCommand, CoordConfig, CoordEvent, Coordinator, LedgerResult, Participant,
-    ParticipantCommand, ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result,
-    decide_result, recovered_txns, reserve_result, txn_id,
+    CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
+    ParticipantConfig, ParticipantEvent, TxnOutcome, recovered_txns,
 };
 use crate::framework::{GangPlacement, SchedulerConf};
-use crate::ledger::sharded::{Fence, mark_bound_at};
-use crate::ledger::{LedgerBackend, resource_vec};
+use crate::ledger::LedgerBackend;
+use crate::ledger::sharded::mark_bound_at;
 use crate::model::ObjectKey;
+use crate::replica::pump::{self, PumpDriver, Work};
+use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::simulate::pool_pick::PoolView;
 
 /// How long a transaction may stay undecided before it is aborted.
 pub const TXN_TIMEOUT_MS: u64 = 10_000;
 /// Most steps of one pump (a bound on work, not a limit met in practice).
 const MAX_PUMP_STEPS: usize = 100_000;
-
-/// One unit of work of the pump: an event for one of this replica's state machines.
-#[derive(Debug)]
-enum Work {
-    Coord {
-        shard: ShardId,
-        event: CoordEvent,
-    },
-    Part {
-        shard: ShardId,
-        event: ParticipantEvent,
-    },
-}
 
 /// What one pump needs from the replica this period.
 #[derive(Debug)]
@@ -176,8 +167,10 @@ impl TwoPhase {
                         "recovering the shard's transactions"
                     );
                 }
-                self.pending.push_back(Work::Coord {
+                self.pending.push_back(Work::ToCoord {
+                    to: self.id,
                     shard: *shard,
+                    epoch: *epoch,
                     event: CoordEvent::Recover { txns, now_ms: now },
                 });
             }
@@ -210,367 +203,78 @@ impl TwoPhase {
             return;
         }
         self.seq += 1;
-        let txn = txn_id(home, epoch, self.seq, &key);
-        let mut parts: BTreeMap<ShardId, Vec<PodPlacement>> = BTreeMap::new();
-        for p in &gang.placements {
-            let Some(shard) = state.nodes.get(&p.node).map(|n| n.shard) else {
-                return;
-            };
-            parts.entry(shard).or_default().push(PodPlacement {
-                pod: p.pod.to_string(),
-                node: p.node.clone(),
-                resources: resource_vec(&p.resources),
-            });
-        }
         let now = now_ms();
-        tracing::info!(gang = %key, txn = %txn, parts = ?parts.keys().collect::<Vec<_>>(), "starting a cross-shard transaction");
+        let pool_of = |node: &str| state.nodes.get(node).map(|n| n.shard);
+        let Ok(start) = start_txn((home, epoch), self.seq, gang, pool_of, now, TXN_TIMEOUT_MS)
+        else {
+            return;
+        };
+        tracing::info!(gang = %key, txn = %start.txn, parts = ?start.parts.iter().map(|(s, _)| s).collect::<Vec<_>>(), "starting a cross-shard transaction");
         counter!(metric::TXNS_STARTED).increment(1);
-        self.open.insert(key.clone(), (txn.clone(), now));
-        self.pending.push_back(Work::Coord {
+        self.open.insert(key, (start.txn.clone(), now));
+        self.pending.push_back(Work::ToCoord {
+            to: self.id,
             shard: home,
-            event: CoordEvent::Start(StartTxn {
-                txn,
-                gang: key,
-                parts: parts.into_iter().collect(),
-                now_ms: now,
-                deadline_ms: now.saturating_add(TXN_TIMEOUT_MS),
-            }),
+            epoch,
+            event: CoordEvent::Start(start),
         });
     }
 
     /// Runs every pending event, the messages received since the last pump, and a tick
-    /// for each state machine, until nothing is left.
+    /// for each state machine, until nothing is left (the loop is [`pump::pump`]).
     pub fn pump(&mut self, input: &mut PumpInput<'_>) {
         let now = now_ms();
         let mut work: VecDeque<Work> = std::mem::take(&mut self.pending);
         work.extend(self.received());
-        for shard in lock(&self.coords).keys() {
-            work.push_back(Work::Coord {
+        for (shard, c) in lock(&self.coords).iter() {
+            work.push_back(Work::ToCoord {
+                to: self.id,
                 shard: *shard,
+                epoch: c.epoch(),
                 event: CoordEvent::Tick { now_ms: now },
             });
         }
-        for shard in self.parts.keys() {
-            work.push_back(Work::Part {
+        for (shard, p) in &self.parts {
+            work.push_back(Work::ToPart {
+                to: self.id,
                 shard: *shard,
+                epoch: p.epoch(),
                 event: ParticipantEvent::Tick { now_ms: now },
             });
         }
-        let mut view: Option<PoolView> = None;
-        let mut steps = 0;
-        while let Some(w) = work.pop_front() {
-            steps += 1;
-            if steps > MAX_PUMP_STEPS {
-                tracing::warn!(
-                    left = work.len(),
-                    "the 2PC pump stopped after {MAX_PUMP_STEPS} steps"
-                );
-                return;
-            }
-            match w {
-                Work::Coord { shard, event } => {
-                    let (epoch, cmds) = match lock(&self.coords).get_mut(&shard) {
-                        Some(c) => (c.epoch(), c.step(event)),
-                        None => continue,
-                    };
-                    for cmd in cmds {
-                        self.coord_command(input, (shard, epoch), cmd, &mut work);
-                    }
-                }
-                Work::Part { shard, event } => {
-                    let Some(p) = self.parts.get_mut(&shard) else {
-                        continue;
-                    };
-                    let epoch = p.epoch();
-                    for cmd in p.step(event) {
-                        self.part_command(input, (shard, epoch), cmd, &mut work, &mut view);
-                    }
-                }
-            }
-            if work.is_empty() {
-                work.extend(self.received());
-            }
+        let mut driver = ServeDriver { tp: self, input };
+        if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
+            tracing::warn!("{e}");
         }
     }
 
-    /// The messages the service queued, for the state machines at the routes' epochs.
+    /// The messages the service queued, for this replica's state machines.
     fn received(&self) -> Vec<Work> {
-        let coords = lock(&self.coords);
         self.server
             .take_delivered()
             .into_iter()
-            .filter_map(|d| match d {
-                Delivery::Coordinator { route, event } => {
-                    (coords.get(&route.shard).map(Coordinator::epoch) == Some(route.epoch))
-                        .then_some(Work::Coord {
-                            shard: route.shard,
-                            event,
-                        })
-                }
-                Delivery::Participant { route, event } => {
-                    (self.parts.get(&route.shard).map(Participant::epoch) == Some(route.epoch))
-                        .then_some(Work::Part {
-                            shard: route.shard,
-                            event,
-                        })
-                }
-            })
+            .map(|d| Work::delivered(self.id, d))
             .collect()
     }
 
-    /// Proposes one transaction command; `None` when the outcome is unknown (the state
-    /// machine resends on a tick).
-    fn propose(ledger: &mut ServeLedger, cmd: LedgerCommand) -> Option<LedgerResponse> {
-        match ledger.propose_raw(vec![cmd]) {
-            Ok(mut r) if !r.is_empty() => Some(r.remove(0)),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "a transaction command's outcome is unknown; resent later");
-                None
-            }
-        }
-    }
-
-    fn coord_command(
-        &mut self,
-        input: &mut PumpInput<'_>,
-        (shard, epoch): (ShardId, Epoch),
-        cmd: CoordCommand,
-        work: &mut VecDeque<Work>,
-    ) {
-        match cmd {
-            CoordCommand::ProposeToLedger(c) => {
-                let (txn, decision) = match &c {
-                    LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), None),
-                    LedgerCommand::TxnDecide { txn, decision, .. } => {
-                        (txn.clone(), Some(*decision))
-                    }
-                    _ => return,
-                };
-                let Some(r) = Self::propose(input.ledger, c) else {
-                    return;
-                };
-                let result = match decision {
-                    None => begin_result(&r),
-                    Some(d) => decide_result(d, &r),
-                };
-                work.push_back(Work::Coord {
-                    shard,
-                    event: CoordEvent::LedgerApplied { txn, result },
-                });
-            }
-            CoordCommand::SendPrepare { shard: to, prepare } => {
-                self.send(input.state, to, work, |route| CoordMessage::Prepare {
-                    route,
-                    coordinator_epoch: epoch,
-                    prepare,
-                });
-            }
-            CoordCommand::SendDecision {
-                shard: to,
-                txn,
-                decision,
-            } => {
-                self.send(input.state, to, work, |route| CoordMessage::Decide {
-                    route,
-                    txn,
-                    coordinator: shard,
-                    coordinator_epoch: epoch,
-                    decision,
-                });
-            }
-            CoordCommand::Bind { txn, gang, pods } => self.bind(input, &txn, &gang, &pods),
-            CoordCommand::Report {
-                txn,
-                outcome,
-                reason,
-            } => {
-                let name = match outcome {
-                    TxnOutcome::Committed => "committed",
-                    TxnOutcome::Aborted => "aborted",
-                    TxnOutcome::Rejected => "rejected",
-                    TxnOutcome::Unfinished => "unfinished",
-                };
-                counter!(metric::TXNS, "outcome" => name).increment(1);
-                tracing::info!(txn = %txn, outcome = name, reason = %reason, "cross-shard transaction ended");
-                // Bounded: the replica loop hands them to the admin service every period.
-                if self.ended.len() < 1024 {
-                    self.ended.push(super::admin::TxnEnd {
-                        gang: crate::coord::gang_of(&txn).unwrap_or_default().to_string(),
-                        txn: txn.to_string(),
-                        outcome: name,
-                        reason: reason.to_string(),
-                        at_ms: now_ms(),
-                    });
-                }
-                // Only the replica that started it knows when; a recovered one is not timed.
-                if let Some((_, started)) = self.open.values().find(|(t, _)| *t == txn) {
-                    histogram!(metric::TXN_DECISION_LATENCY)
-                        .record(now_ms().saturating_sub(*started) as f64);
-                }
-                self.open.retain(|_, (t, _)| *t != txn);
-            }
-        }
-    }
-
-    /// Binds a committed transaction's pods (as the participants reserved them), then
-    /// marks bound those of shards this replica owns; the other shards' owners mark theirs
-    /// when their reconcile sees the pods bound.
-    fn bind(&mut self, input: &mut PumpInput<'_>, txn: &str, gang: &str, pods: &[PodPlacement]) {
-        let binds: Vec<(ObjectKey, String)> = pods
-            .iter()
-            .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
-            .collect();
-        let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
-        // Bind before taking the coordinators' lock: the CoordinatorService's handlers take
-        // it on the runtime's worker threads, and `bind_all` needs those threads to make its
-        // API calls; holding the lock across it hung the replica (phalanx-chaos, seed 1).
-        let outcomes = input.cluster.bind_all(&binds);
-        let coords = lock(&self.coords);
-        for ((pod, node), outcome) in binds.iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => {
-                    counter!(metric::PODS_BOUND).increment(1);
-                    let shard = input.state.nodes.get(node).map(|n| n.shard);
-                    if let Some((shard, c)) = shard.and_then(|s| coords.get(&s).map(|c| (s, c))) {
-                        bound
-                            .entry(Fence {
-                                shard,
-                                epoch: c.epoch(),
-                            })
-                            .or_default()
-                            .push(pod.clone());
-                    }
-                }
-                Err(e) => {
-                    counter!(metric::BIND_FAILURES).increment(1);
-                    tracing::warn!(txn, pod = %pod, node = %node, error = %e, "binding a committed cross-shard pod failed; its shard's owner retries");
-                }
-            }
-        }
-        drop(coords);
-        tracing::info!(txn, gang, pods = pods.len(), "bound a cross-shard gang");
-        for (fence, pods) in bound {
-            if let Err(e) = input.ledger.propose_all(mark_bound_at(fence, &pods)) {
-                tracing::warn!(shard = fence.shard, error = %e, "marking bound failed; the next reconcile marks them");
-            }
-        }
-    }
-
-    fn part_command(
-        &mut self,
-        input: &mut PumpInput<'_>,
-        (shard, epoch): (ShardId, Epoch),
-        cmd: ParticipantCommand,
-        work: &mut VecDeque<Work>,
-        view: &mut Option<PoolView>,
-    ) {
-        match cmd {
-            ParticipantCommand::Pick { txn, wanted } => {
-                let view = view.get_or_insert_with(|| {
-                    let node_shard: BTreeMap<String, ShardId> = input
-                        .state
-                        .nodes
-                        .iter()
-                        .map(|(n, r)| (n.clone(), r.shard))
-                        .collect();
-                    PoolView::open(
-                        input.snapshot,
-                        input.conf,
-                        input.scheduler_name,
-                        &node_shard,
-                        input.state,
-                    )
-                });
-                let result = view.pick(&txn, shard, &wanted);
-                work.push_back(Work::Part {
-                    shard,
-                    event: ParticipantEvent::Picked { txn, result },
-                });
-            }
-            ParticipantCommand::ProposeToLedger(c) => {
-                let (txn, pods) = match &c {
-                    LedgerCommand::TxnReserve { txn, gang, .. } => (txn.clone(), gang.pods.clone()),
-                    _ => return,
-                };
-                let Some(r) = Self::propose(input.ledger, c) else {
-                    return;
-                };
-                let result = reserve_result(shard, &r);
-                if let Some(view) = view.as_mut() {
-                    match &result {
-                        LedgerResult::Reserved { .. } => view.reserved(&txn, shard, &pods),
-                        LedgerResult::RefusedReserve { .. } => view.refused(&txn, shard),
-                        _ => {}
-                    }
-                }
-                work.push_back(Work::Part {
-                    shard,
-                    event: ParticipantEvent::LedgerApplied { txn, result },
-                });
-            }
-            ParticipantCommand::Reply {
-                to,
-                txn,
-                shard: part,
-                reply,
-            } => {
-                self.send(input.state, to, work, |route| CoordMessage::Reply {
-                    route,
-                    txn,
-                    participant: part,
-                    participant_epoch: epoch,
-                    reply,
-                });
-            }
-        }
-    }
-
-    /// Sends a message to the owner of shard `to` (as the ledger says this period): handed
-    /// over directly when that is this replica, else over gRPC. A message that cannot be
-    /// sent is lost; the state machines resend on a tick.
-    fn send(
-        &mut self,
-        state: &LedgerState,
-        to: ShardId,
-        work: &mut VecDeque<Work>,
-        message: impl FnOnce(Route) -> CoordMessage,
-    ) {
-        let Some(owner) = state.shards.get(&to) else {
-            return;
-        };
-        let m = message(Route {
-            shard: to,
-            epoch: owner.epoch,
-        });
-        if owner.owner == self.id {
-            match m.into_delivery() {
-                Delivery::Coordinator { route, event } => work.push_back(Work::Coord {
-                    shard: route.shard,
-                    event,
-                }),
-                Delivery::Participant { route, event } => work.push_back(Work::Part {
-                    shard: route.shard,
-                    event,
-                }),
-            }
-            return;
-        }
-        let Some(addr) = self.peers.get(&owner.owner).cloned() else {
+    /// Sends `m` to replica `to` over gRPC. A message that cannot be sent is lost; the
+    /// state machines resend on a tick.
+    fn send(&mut self, to: ReplicaId, m: &CoordMessage) {
+        let Some(addr) = self.peers.get(&to).cloned() else {
             tracing::warn!(
-                shard = to,
-                owner = owner.owner,
+                shard = m.route().shard,
+                owner = to,
                 "no --coord-peers address for the shard's owner"
             );
             return;
         };
-        let client = match self.clients.get(&owner.owner) {
+        let client = match self.clients.get(&to) {
             Some(c) => c.clone(),
             None => {
                 let _guard = self.handle.enter();
-                match CoordClient::connect_lazy_over(&addr, owner.owner, &self.transport) {
+                match CoordClient::connect_lazy_over(&addr, to, &self.transport) {
                     Ok(c) => {
-                        self.clients.insert(owner.owner, c.clone());
+                        self.clients.insert(to, c.clone());
                         c
                     }
                     Err(e) => {
@@ -581,12 +285,166 @@ impl TwoPhase {
             }
         };
         let mut client = client;
-        match self.handle.block_on(client.send(&m)) {
+        match self.handle.block_on(client.send(m)) {
             Ok(()) => counter!(metric::COORD_MESSAGES, "result" => "sent").increment(1),
             Err(e) => {
                 counter!(metric::COORD_MESSAGES, "result" => "refused").increment(1);
-                tracing::info!(shard = to, owner = owner.owner, error = %e, "a 2PC message was not delivered; resent on a tick");
+                tracing::info!(shard = m.route().shard, owner = to, error = %e, "a 2PC message was not delivered; resent on a tick");
             }
         }
+    }
+
+    /// Records a transaction's end: metrics, the log, the list for `phalanx explain`, and
+    /// the decision latency of those this replica started.
+    fn ended(&mut self, txn: TxnId, outcome: TxnOutcome, reason: String) {
+        let name = match outcome {
+            TxnOutcome::Committed => "committed",
+            TxnOutcome::Aborted => "aborted",
+            TxnOutcome::Rejected => "rejected",
+            TxnOutcome::Unfinished => "unfinished",
+        };
+        counter!(metric::TXNS, "outcome" => name).increment(1);
+        tracing::info!(txn = %txn, outcome = name, reason = %reason, "cross-shard transaction ended");
+        // Bounded: the replica loop hands them to the admin service every period.
+        if self.ended.len() < 1024 {
+            self.ended.push(super::admin::TxnEnd {
+                gang: crate::coord::gang_of(&txn).unwrap_or_default().to_string(),
+                txn: txn.to_string(),
+                outcome: name,
+                reason,
+                at_ms: now_ms(),
+            });
+        }
+        // Only the replica that started it knows when; a recovered one is not timed.
+        if let Some((_, started)) = self.open.values().find(|(t, _)| *t == txn) {
+            histogram!(metric::TXN_DECISION_LATENCY)
+                .record(now_ms().saturating_sub(*started) as f64);
+        }
+        self.open.retain(|_, (t, _)| *t != txn);
+    }
+}
+
+/// The pump's driver for one `phalanx serve` replica: its own machines, the ledger through
+/// its client, the other replicas over gRPC, binds through the API server.
+struct ServeDriver<'t, 'i, 'a> {
+    tp: &'t mut TwoPhase,
+    input: &'i mut PumpInput<'a>,
+}
+
+impl PumpDriver for ServeDriver<'_, '_, '_> {
+    fn step_coordinator(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: CoordEvent,
+    ) -> Option<Vec<CoordCommand>> {
+        let mut coords = lock(&self.tp.coords);
+        let c = coords.get_mut(&shard).filter(|c| c.epoch() == epoch)?;
+        (to == self.tp.id).then(|| c.step(event))
+    }
+
+    fn step_participant(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    ) -> Option<Vec<ParticipantCommand>> {
+        let p = self
+            .tp
+            .parts
+            .get_mut(&shard)
+            .filter(|p| p.epoch() == epoch)?;
+        (to == self.tp.id).then(|| p.step(event))
+    }
+
+    fn runs(&self, id: ReplicaId) -> bool {
+        id == self.tp.id
+    }
+
+    fn propose(&mut self, _by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
+        match self.input.ledger.propose_raw(vec![cmd]) {
+            Ok(mut r) if !r.is_empty() => Some(r.remove(0)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "a transaction command's outcome is unknown; resent later");
+                None
+            }
+        }
+    }
+
+    fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
+        self.input
+            .state
+            .shards
+            .get(&shard)
+            .map(|o| (o.owner, o.epoch))
+    }
+
+    fn send(&mut self, _from: ReplicaId, to: ReplicaId, m: CoordMessage, _: &mut VecDeque<Work>) {
+        self.tp.send(to, &m);
+    }
+
+    fn open_view(&mut self) -> Result<PoolView, String> {
+        let state = self.input.state;
+        let node_shard: BTreeMap<String, ShardId> = state
+            .nodes
+            .iter()
+            .map(|(n, r)| (n.clone(), r.shard))
+            .collect();
+        Ok(PoolView::open(
+            self.input.snapshot,
+            self.input.conf,
+            self.input.scheduler_name,
+            &node_shard,
+            state,
+        ))
+    }
+
+    /// Binds a committed transaction's pods, then marks bound those of shards this replica
+    /// owns; the other shards' owners mark theirs when their reconcile sees the pods bound.
+    fn bind(&mut self, _by: ReplicaId, txn: &TxnId, gang: &str, pods: &[PodPlacement]) {
+        let binds: Vec<(ObjectKey, String)> = pods
+            .iter()
+            .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
+            .collect();
+        // Bind before taking the coordinators' lock: the CoordinatorService's handlers take
+        // it on the runtime's worker threads, and `bind_all` needs those threads to make its
+        // API calls; holding the lock across it hung the replica (phalanx-chaos, seed 1).
+        let outcomes = self.input.cluster.bind_all(&binds);
+        let mut bound = Vec::new();
+        for ((pod, node), outcome) in binds.iter().zip(outcomes) {
+            match outcome {
+                Ok(()) => {
+                    counter!(metric::PODS_BOUND).increment(1);
+                    if let Some(n) = self.input.state.nodes.get(node) {
+                        bound.push((n.shard, pod.clone()));
+                    }
+                }
+                Err(e) => {
+                    counter!(metric::BIND_FAILURES).increment(1);
+                    tracing::warn!(txn = %txn, pod = %pod, node = %node, error = %e, "binding a committed cross-shard pod failed; its shard's owner retries");
+                }
+            }
+        }
+        tracing::info!(txn = %txn, gang, pods = pods.len(), "bound a cross-shard gang");
+        let marks = {
+            let coords = lock(&self.tp.coords);
+            marks_by_owner(bound, |s| coords.get(&s).map(|c| ((), c.epoch())))
+        };
+        for (fence, ((), pods)) in marks.by_fence {
+            if let Err(e) = self.input.ledger.propose_all(mark_bound_at(fence, &pods)) {
+                tracing::warn!(shard = fence.shard, error = %e, "marking bound failed; the next reconcile marks them");
+            }
+        }
+    }
+
+    fn report(&mut self, _by: ReplicaId, txn: TxnId, outcome: TxnOutcome, reason: String) {
+        self.tp.ended(txn, outcome, reason);
+    }
+
+    fn received(&mut self) -> Vec<Work> {
+        self.tp.received()
     }
 }

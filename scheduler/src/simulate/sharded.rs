@@ -26,6 +26,10 @@
 //! planned on capacity another replica took first is refused whole and retried. This is
 //! why the outcome does not depend on `--replicas` or `--shards`.
 //!
+//! The 2PC work loop is the engine's ([`crate::replica::pump`], the one `phalanx serve`
+//! runs); this runtime is its driver for every replica at once (`SimDriver`), with the
+//! transaction faults as its `admit_*` hooks.
+//!
 //! Messages between replicas (prepare, reply, decision) travel over gRPC: each replica serves
 //! `CoordinatorService` on its own 127.0.0.1 port (`coord::service::loopback`), and the pump
 //! sends one message at a time, waits for the receiver's Ack (it has queued the message),
@@ -50,11 +54,10 @@ use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacemen
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::coord::service::loopback::LoopbackNet;
-use crate::coord::service::{self, CoordMessage, Delivery, Route, SharedCoordinators};
+use crate::coord::service::{self, CoordMessage, SharedCoordinators};
 use crate::coord::{
-    CoordCommand, CoordConfig, CoordEvent, Coordinator, LedgerResult, Participant,
-    ParticipantCommand, ParticipantConfig, ParticipantEvent, StartTxn, TxnOutcome, begin_result,
-    decide_result, recovered_txns, reserve_result, txn_id,
+    CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
+    ParticipantConfig, ParticipantEvent, TxnOutcome, recovered_txns,
 };
 use crate::framework::{CyclePlan, GangPlacement};
 use crate::invariants::{self, Violation};
@@ -63,6 +66,8 @@ use crate::ledger::sharded::{
 };
 use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
+use crate::replica::pump::{self, PumpDriver, Work};
+use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
 use crate::simulate::pool_pick::PoolView;
@@ -273,35 +278,6 @@ impl ShardReport {
     }
 }
 
-/// One step of the in-process message pump.
-#[derive(Debug)]
-enum Work {
-    ToCoord {
-        to: ReplicaId,
-        shard: ShardId,
-        epoch: Epoch,
-        event: CoordEvent,
-    },
-    ToPart {
-        to: ReplicaId,
-        shard: ShardId,
-        epoch: Epoch,
-        event: ParticipantEvent,
-    },
-    FromCoord {
-        from: ReplicaId,
-        shard: ShardId,
-        epoch: Epoch,
-        cmd: CoordCommand,
-    },
-    FromPart {
-        from: ReplicaId,
-        shard: ShardId,
-        epoch: Epoch,
-        cmd: ParticipantCommand,
-    },
-}
-
 /// A round's plans, one per running replica.
 #[derive(Debug, Default)]
 pub struct RoundPlans {
@@ -353,9 +329,6 @@ pub struct ShardRuntime {
     /// The configuration and scheduler name the replicas plan with (set by `plan_round`;
     /// Volcano's defaults before): participants judge fit with the same plugins.
     scheduler: (crate::framework::SchedulerConf, String),
-    /// The participants' view for picking nodes, opened at the first pick of a pump and
-    /// kept current by that pump's reservations and aborts.
-    pool_view: Option<PoolView>,
     pub report: ShardReport,
 }
 
@@ -409,7 +382,6 @@ impl ShardRuntime {
                 crate::framework::SchedulerConf::volcano_default(),
                 crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
             ),
-            pool_view: None,
         })
     }
 
@@ -865,351 +837,237 @@ impl ShardRuntime {
         Ok(responses)
     }
 
-    /// Delivers messages and performs the machines' commands until nothing is left.
+    /// Delivers messages and performs the machines' commands until nothing is left (the
+    /// loop is [`pump::pump`]; this runtime is its driver for every replica at once).
     fn pump(
         &mut self,
         sim: &mut SimCluster,
         ledger: &mut dyn PlacementLedger,
-        mut work: VecDeque<Work>,
+        work: VecDeque<Work>,
         errors: &mut Vec<String>,
     ) {
         let now = sim.now_ms();
-        // Writes outside the pump (local commits, binds, releases) happened since the last
-        // view was opened: the next pick opens a fresh one.
-        self.pool_view = None;
-        let mut steps = 0usize;
-        while let Some(w) = work.pop_front() {
-            steps += 1;
-            if steps > MAX_PUMP_STEPS {
-                errors.push(format!(
-                    "the 2PC pump stopped after {MAX_PUMP_STEPS} steps ({} left)",
-                    work.len() + 1
-                ));
-                return;
-            }
-            match w {
-                Work::ToCoord {
-                    to,
-                    shard,
-                    epoch,
-                    event,
-                } => {
-                    let Some(r) = self.replicas.get(&to).filter(|r| r.health == Health::Up) else {
-                        continue;
-                    };
-                    let cmds = match service::lock(&r.coords).get_mut(&shard) {
-                        Some(c) if c.epoch() == epoch => c.step(event),
-                        _ => continue,
-                    };
-                    work.extend(cmds.into_iter().map(|cmd| Work::FromCoord {
-                        from: to,
-                        shard,
-                        epoch,
-                        cmd,
-                    }));
-                }
-                Work::ToPart {
-                    to,
-                    shard,
-                    epoch,
-                    event,
-                } => {
-                    if let ParticipantEvent::Prepare(p) = &event
-                        && self.opts.txn_fault == Some(TxnFault::ParticipantOnPrepare)
-                        && !self.fired
-                        && self.owners.get(&p.coordinator).map(|(o, _)| *o) != Some(to)
-                    {
-                        self.fired = true;
-                        self.kill(ledger, to, "killed on a prepare (txn fault)", now);
-                        continue;
-                    }
-                    let Some(p) = self.replicas.get_mut(&to).and_then(|r| {
-                        (r.health == Health::Up)
-                            .then(|| r.parts.get_mut(&shard))
-                            .flatten()
-                    }) else {
-                        continue;
-                    };
-                    if p.epoch() != epoch {
-                        continue;
-                    }
-                    work.extend(p.step(event).into_iter().map(|cmd| Work::FromPart {
-                        from: to,
-                        shard,
-                        epoch,
-                        cmd,
-                    }));
-                }
-                Work::FromCoord {
-                    from,
-                    shard,
-                    epoch,
-                    cmd,
-                } => {
-                    if self
-                        .replicas
-                        .get(&from)
-                        .is_none_or(|r| r.health != Health::Up)
-                    {
-                        continue;
-                    }
-                    self.coord_command(sim, ledger, from, shard, epoch, cmd, &mut work);
-                }
-                Work::FromPart {
-                    from,
-                    shard,
-                    epoch,
-                    cmd,
-                } => {
-                    if self
-                        .replicas
-                        .get(&from)
-                        .is_none_or(|r| r.health != Health::Up)
-                    {
-                        continue;
-                    }
-                    match cmd {
-                        ParticipantCommand::Pick { txn, wanted } => {
-                            let result = self.pick(sim, ledger, &txn, shard, &wanted);
-                            work.push_back(Work::ToPart {
-                                to: from,
-                                shard,
-                                epoch,
-                                event: ParticipantEvent::Picked { txn, result },
-                            });
-                        }
-                        ParticipantCommand::ProposeToLedger(c) => {
-                            let (txn, pods) = match &c {
-                                LedgerCommand::TxnReserve { txn, gang, .. } => {
-                                    (txn.clone(), gang.pods.clone())
-                                }
-                                _ => (String::new(), Vec::new()),
-                            };
-                            let Ok(responses) = self.propose(ledger, Some(from), vec![c]) else {
-                                continue; // unknown outcome: the coordinator resends
-                            };
-                            let Some(r) = responses.first() else { continue };
-                            let result = reserve_result(shard, r);
-                            if let Some(view) = &mut self.pool_view {
-                                match &result {
-                                    LedgerResult::Reserved { .. } => {
-                                        view.reserved(&txn, shard, &pods)
-                                    }
-                                    LedgerResult::RefusedReserve { .. } => {
-                                        view.refused(&txn, shard)
-                                    }
-                                    _ => {}
-                                }
-                            }
-                            work.push_back(Work::ToPart {
-                                to: from,
-                                shard,
-                                epoch,
-                                event: ParticipantEvent::LedgerApplied { txn, result },
-                            });
-                        }
-                        ParticipantCommand::Reply {
-                            to,
-                            txn,
-                            shard: part,
-                            reply,
-                        } => {
-                            if let Some((owner, e)) = self.owners.get(&to).copied() {
-                                let m = CoordMessage::Reply {
-                                    route: Route {
-                                        shard: to,
-                                        epoch: e,
-                                    },
-                                    txn,
-                                    participant: part,
-                                    participant_epoch: epoch,
-                                    reply,
-                                };
-                                self.deliver(from, owner, m, &mut work);
-                            }
-                        }
-                    }
-                }
-            }
+        let mut driver = SimDriver {
+            rt: self,
+            sim,
+            ledger,
+            now,
+        };
+        if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
+            errors.push(e.to_string());
         }
+    }
+
+    /// Ends `txn` in the report and in this runtime's bookkeeping of open transactions.
+    fn txn_ended(&mut self, txn: TxnId, outcome: TxnOutcome, reason: &str) {
+        match outcome {
+            TxnOutcome::Committed => self.report.txns_committed += 1,
+            TxnOutcome::Aborted => self.report.txns_aborted += 1,
+            TxnOutcome::Rejected => self.report.txns_rejected += 1,
+            TxnOutcome::Unfinished => self.report.txns_unfinished += 1,
+        }
+        self.report
+            .txn_log
+            .push(format!("{txn}: {outcome:?}: {reason}"));
+        if outcome != TxnOutcome::Unfinished {
+            self.open.remove(&txn);
+        }
+        if let Some(t) = self.txn_started_at.remove(&txn)
+            && matches!(outcome, TxnOutcome::Committed | TxnOutcome::Aborted)
+        {
+            self.report
+                .txn_decision_ms
+                .push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        if outcome != TxnOutcome::Committed {
+            self.started.remove(&txn);
+        }
+        self.dirty = true;
+    }
+
+    /// The transaction fault due at `cmd` of replica `from`'s coordinator, if any: it fires
+    /// once, killing that replica (the command is then not performed).
+    fn coordinator_fault(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        from: ReplicaId,
+        cmd: &CoordCommand,
+        now: TimeMs,
+    ) -> bool {
+        let why = match (self.opts.txn_fault, cmd) {
+            (
+                Some(TxnFault::CoordinatorAfterReservations),
+                CoordCommand::ProposeToLedger(LedgerCommand::TxnDecide {
+                    decision: TxnDecision::Commit,
+                    ..
+                }),
+            ) => "killed after every reservation, before the decision (txn fault)",
+            (Some(TxnFault::CoordinatorAfterCommit), CoordCommand::Bind { .. }) => {
+                "killed after the commit was logged, before binding (txn fault)"
+            }
+            _ => return false,
+        };
+        if self.fired {
+            return false;
+        }
+        self.fired = true;
+        self.kill(ledger, from, why, now);
+        true
     }
 }
 
-impl ShardRuntime {
-    #[allow(clippy::too_many_arguments)]
-    fn coord_command(
+/// The pump's driver for every simulated replica at once: their machines in this runtime,
+/// the shared ledger, the loopback gRPC network between them, the simulated cluster.
+struct SimDriver<'r, 's, 'l> {
+    rt: &'r mut ShardRuntime,
+    sim: &'s mut SimCluster,
+    ledger: &'l mut dyn PlacementLedger,
+    now: TimeMs,
+}
+
+impl SimDriver<'_, '_, '_> {
+    fn running(&self, id: ReplicaId) -> Option<&Replica> {
+        self.rt.replicas.get(&id).filter(|r| r.health == Health::Up)
+    }
+}
+
+impl PumpDriver for SimDriver<'_, '_, '_> {
+    fn step_coordinator(
         &mut self,
-        sim: &mut SimCluster,
-        ledger: &mut dyn PlacementLedger,
-        from: ReplicaId,
+        to: ReplicaId,
         shard: ShardId,
         epoch: Epoch,
-        cmd: CoordCommand,
-        work: &mut VecDeque<Work>,
-    ) {
-        let now = sim.now_ms();
-        match cmd {
-            CoordCommand::ProposeToLedger(c) => {
-                if let LedgerCommand::TxnDecide {
-                    decision: TxnDecision::Commit,
-                    ..
-                } = &c
-                    && self.opts.txn_fault == Some(TxnFault::CoordinatorAfterReservations)
-                    && !self.fired
-                {
-                    self.fired = true;
-                    self.kill(
-                        ledger,
-                        from,
-                        "killed after every reservation, before the decision (txn fault)",
-                        now,
-                    );
-                    return;
-                }
-                let (txn, decision) = match &c {
-                    LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), None),
-                    LedgerCommand::TxnDecide { txn, decision, .. } => {
-                        (txn.clone(), Some(*decision))
-                    }
-                    _ => return,
-                };
-                let Ok(responses) = self.propose(ledger, Some(from), vec![c]) else {
-                    return; // unknown outcome: resent on a tick
-                };
-                if let Some(r) = responses.first() {
-                    let result = match decision {
-                        None => begin_result(r),
-                        Some(d) => decide_result(d, r),
-                    };
-                    if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) =
-                        (&mut self.pool_view, &result)
-                    {
-                        view.aborted(&txn);
-                    }
-                    work.push_back(Work::ToCoord {
-                        to: from,
-                        shard,
-                        epoch,
-                        event: CoordEvent::LedgerApplied { txn, result },
-                    });
-                }
-            }
-            CoordCommand::SendPrepare { shard: to, prepare } => {
-                if let Some((owner, e)) = self.owners.get(&to).copied() {
-                    let m = CoordMessage::Prepare {
-                        route: Route {
-                            shard: to,
-                            epoch: e,
-                        },
-                        coordinator_epoch: epoch,
-                        prepare,
-                    };
-                    self.deliver(from, owner, m, work);
-                }
-            }
-            CoordCommand::SendDecision {
-                shard: to,
-                txn,
-                decision,
-            } => {
-                if let Some((owner, e)) = self.owners.get(&to).copied() {
-                    let m = CoordMessage::Decide {
-                        route: Route {
-                            shard: to,
-                            epoch: e,
-                        },
-                        txn,
-                        coordinator: shard,
-                        coordinator_epoch: epoch,
-                        decision,
-                    };
-                    self.deliver(from, owner, m, work);
-                }
-            }
-            CoordCommand::Bind { txn, pods, .. } => {
-                if self.opts.txn_fault == Some(TxnFault::CoordinatorAfterCommit) && !self.fired {
-                    self.fired = true;
-                    self.kill(
-                        ledger,
-                        from,
-                        "killed after the commit was logged, before binding (txn fault)",
-                        now,
-                    );
-                    return;
-                }
-                let pods: Vec<(ObjectKey, String)> = pods
-                    .iter()
-                    .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
-                    .collect();
-                // The participants picked the nodes (the plan's were hints): the pods are
-                // bound and recorded where the replies placed them.
-                let gang = match self.started.remove(&txn) {
-                    Some(g) => g.gang,
-                    None => ObjectKey::parse(crate::coord::gang_of(&txn).unwrap_or(&txn)),
-                };
-                self.bind_pods(sim, ledger, &gang, &pods);
-            }
-            CoordCommand::Report {
-                txn,
-                outcome,
-                reason,
-            } => {
-                match outcome {
-                    TxnOutcome::Committed => self.report.txns_committed += 1,
-                    TxnOutcome::Aborted => self.report.txns_aborted += 1,
-                    TxnOutcome::Rejected => self.report.txns_rejected += 1,
-                    TxnOutcome::Unfinished => self.report.txns_unfinished += 1,
-                }
-                self.report
-                    .txn_log
-                    .push(format!("{txn}: {outcome:?}: {reason}"));
-                if outcome != TxnOutcome::Unfinished {
-                    self.open.remove(&txn);
-                }
-                if let Some(t) = self.txn_started_at.remove(&txn)
-                    && matches!(outcome, TxnOutcome::Committed | TxnOutcome::Aborted)
-                {
-                    self.report
-                        .txn_decision_ms
-                        .push(t.elapsed().as_secs_f64() * 1000.0);
-                }
-                if outcome != TxnOutcome::Committed {
-                    self.started.remove(&txn);
-                }
-                self.dirty = true;
-            }
-        }
+        event: CoordEvent,
+    ) -> Option<Vec<CoordCommand>> {
+        let r = self.running(to)?;
+        let mut coords = service::lock(&r.coords);
+        let c = coords.get_mut(&shard).filter(|c| c.epoch() == epoch)?;
+        Some(c.step(event))
     }
 
-    /// Hands a message from replica `from` to replica `to`: over gRPC when they differ,
-    /// blocking until the receiver has queued it, then from the receivers' queues (in
-    /// replica order) to the back of `work`, where an in-process hand-over puts it, so the
-    /// order of events is the same whatever the transport. Within one replica it is
-    /// handed over directly. A refused message is lost.
-    fn deliver(
+    fn step_participant(
         &mut self,
-        from: ReplicaId,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    ) -> Option<Vec<ParticipantCommand>> {
+        let r = self.rt.replicas.get_mut(&to)?;
+        if r.health != Health::Up {
+            return None;
+        }
+        let p = r.parts.get_mut(&shard).filter(|p| p.epoch() == epoch)?;
+        Some(p.step(event))
+    }
+
+    fn runs(&self, id: ReplicaId) -> bool {
+        self.running(id).is_some()
+    }
+
+    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
+        let responses = self.rt.propose(self.ledger, Some(by), vec![cmd]).ok()?;
+        responses.into_iter().next()
+    }
+
+    fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
+        self.rt.owners.get(&shard).copied()
+    }
+
+    /// Over gRPC, blocking until the receiver has queued it, then from the receivers'
+    /// queues (in replica order) to the back of `work`, where an in-process hand-over puts
+    /// it, so the order of events is the same whatever the transport.
+    fn send(
+        &mut self,
+        _from: ReplicaId,
         to: ReplicaId,
         m: CoordMessage,
         work: &mut VecDeque<Work>,
     ) {
-        if from == to {
-            self.report.coord_messages_local += 1;
-            work.push_back(work_of(to, m.into_delivery()));
-            return;
-        }
-        match self.net.send(to, &m) {
-            Ok(()) => self.report.coord_messages_grpc += 1,
-            Err(_) => self.report.coord_messages_refused += 1,
+        match self.rt.net.send(to, &m) {
+            Ok(()) => self.rt.report.coord_messages_grpc += 1,
+            Err(_) => self.rt.report.coord_messages_refused += 1,
         }
         work.extend(
-            self.net
+            self.rt
+                .net
                 .take_delivered()
                 .into_iter()
-                .map(|(id, d)| work_of(id, d)),
+                .map(|(id, d)| Work::delivered(id, d)),
         );
     }
 
+    fn sent_locally(&mut self) {
+        self.rt.report.coord_messages_local += 1;
+    }
+
+    fn open_view(&mut self) -> Result<PoolView, String> {
+        let (conf, name) = &self.rt.scheduler;
+        let state = self
+            .ledger
+            .state()
+            .map_err(|e| format!("reading the ledger to pick nodes: {e}"))?;
+        // Pending pods neither occupy a node nor are picked for, except those of this
+        // run's open transactions: leaving the others out cuts the cost of opening the
+        // view (once per pump that picks) by about 40 % in `phalanx-bench shards`.
+        let mut snapshot = self.sim.snapshot();
+        let picked_for: HashSet<&ObjectKey> = self
+            .rt
+            .started
+            .values()
+            .flat_map(|g| g.placements.iter().map(|p| &p.pod))
+            .collect();
+        snapshot
+            .pods
+            .retain(|p| p.occupies_node() || picked_for.contains(&p.key));
+        Ok(PoolView::open(
+            &snapshot,
+            conf,
+            name,
+            &self.rt.node_shard,
+            &state,
+        ))
+    }
+
+    /// The participants picked the nodes (the plan's were hints): the pods are bound and
+    /// recorded where the replies placed them.
+    fn bind(&mut self, _by: ReplicaId, txn: &TxnId, _gang: &str, pods: &[PodPlacement]) {
+        let pods: Vec<(ObjectKey, String)> = pods
+            .iter()
+            .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))
+            .collect();
+        let gang = match self.rt.started.remove(txn) {
+            Some(g) => g.gang,
+            None => ObjectKey::parse(crate::coord::gang_of(txn).unwrap_or(txn)),
+        };
+        self.rt.bind_pods(self.sim, self.ledger, &gang, &pods);
+    }
+
+    fn report(&mut self, _by: ReplicaId, txn: TxnId, outcome: TxnOutcome, reason: String) {
+        self.rt.txn_ended(txn, outcome, &reason);
+    }
+
+    fn admit_coord_command(&mut self, from: ReplicaId, cmd: &CoordCommand) -> bool {
+        !self.rt.coordinator_fault(self.ledger, from, cmd, self.now)
+    }
+
+    fn admit_part_event(&mut self, to: ReplicaId, event: &ParticipantEvent) -> bool {
+        let ParticipantEvent::Prepare(p) = event else {
+            return true;
+        };
+        if self.rt.opts.txn_fault != Some(TxnFault::ParticipantOnPrepare)
+            || self.rt.fired
+            || self.rt.owners.get(&p.coordinator).map(|(o, _)| *o) == Some(to)
+        {
+            return true;
+        }
+        self.rt.fired = true;
+        self.rt
+            .kill(self.ledger, to, "killed on a prepare (txn fault)", self.now);
+        false
+    }
+}
+
+impl ShardRuntime {
     /// Replica `id`'s server does what its health says: serve when up, answer UNAVAILABLE
     /// when paused or cut off, stop when killed.
     fn server_follows_health(&mut self, id: ReplicaId) {
@@ -1235,45 +1093,6 @@ impl ShardRuntime {
         self.net.set_refusing(id, refusing);
     }
 
-    /// A participant of `pool` picks nodes for `txn`'s `wanted` pods (see
-    /// [`PoolView::pick`]).
-    fn pick(
-        &mut self,
-        sim: &SimCluster,
-        ledger: &mut dyn PlacementLedger,
-        txn: &str,
-        pool: ShardId,
-        wanted: &[PodPlacement],
-    ) -> Result<Vec<PodPlacement>, String> {
-        if self.pool_view.is_none() {
-            let (conf, name) = &self.scheduler;
-            let state = ledger
-                .state()
-                .map_err(|e| format!("shard {pool}: reading the ledger to pick nodes: {e}"))?;
-            // Pending pods neither occupy a node nor are picked for, except those of this
-            // run's open transactions: leaving the others out cuts the cost of opening the
-            // view (once per pump that picks) by about 40 % in `phalanx-bench shards`.
-            let mut snapshot = sim.snapshot();
-            let picked_for: HashSet<&ObjectKey> = self
-                .started
-                .values()
-                .flat_map(|g| g.placements.iter().map(|p| &p.pod))
-                .collect();
-            snapshot
-                .pods
-                .retain(|p| p.occupies_node() || picked_for.contains(&p.key));
-            self.pool_view = Some(PoolView::open(
-                &snapshot,
-                conf,
-                name,
-                &self.node_shard,
-                &state,
-            ));
-        }
-        let view = self.pool_view.as_mut().expect("opened above");
-        view.pick(txn, pool, wanted)
-    }
-
     fn kill(&mut self, ledger: &mut dyn PlacementLedger, id: ReplicaId, why: &str, now: TimeMs) {
         let line = self.inject(&LedgerFault::Kill(id), ledger, now);
         self.report.replica_events.push(format!("{line} ({why})"));
@@ -1290,7 +1109,7 @@ impl ShardRuntime {
         gang: &ObjectKey,
         pods: &[(ObjectKey, String)],
     ) {
-        let mut by_shard: BTreeMap<ShardId, Vec<ObjectKey>> = BTreeMap::new();
+        let mut bound = Vec::new();
         let mut failed = Vec::new();
         let mut fresh = Vec::new();
         for (pod, node) in pods {
@@ -1313,7 +1132,7 @@ impl ShardRuntime {
             };
             if ok {
                 self.failover_recovered(shard, sim.now_ms());
-                by_shard.entry(shard).or_default().push(pod.clone());
+                bound.push((shard, pod.clone()));
             } else {
                 failed.push(pod.clone());
             }
@@ -1324,9 +1143,7 @@ impl ShardRuntime {
                 placements: fresh,
             });
         }
-        for (shard, pods) in by_shard {
-            self.mark_bound_by_owner(ledger, shard, &pods);
-        }
+        self.mark_bound_by_owners(ledger, bound);
         if !failed.is_empty() {
             self.release(ledger, &failed, ReleaseReason::BindFailed);
         }
@@ -1342,29 +1159,29 @@ impl ShardRuntime {
         }
     }
 
-    /// `shard`'s running owner records `pods` bound at its epoch; when it is down or the
-    /// ledger does not take it, the retry of unbound commits does it later.
-    fn mark_bound_by_owner(
+    /// Each bound pod's shard's running owner records it bound at its epoch; a shard whose
+    /// owner is down, or a refusal, leaves it to the retry of unbound commits.
+    fn mark_bound_by_owners(
         &mut self,
         ledger: &mut dyn PlacementLedger,
-        shard: ShardId,
-        pods: &[ObjectKey],
+        bound: Vec<(ShardId, ObjectKey)>,
     ) {
-        let Some((owner, epoch)) = self.owners.get(&shard).copied() else {
-            return;
-        };
-        if self
-            .replicas
-            .get(&owner)
-            .is_none_or(|r| r.health != Health::Up)
-        {
+        let marks = marks_by_owner(bound, |shard| {
+            let (owner, epoch) = self.owners.get(&shard).copied()?;
+            let up = self
+                .replicas
+                .get(&owner)
+                .is_some_and(|r| r.health == Health::Up);
+            up.then_some((owner, epoch))
+        });
+        if !marks.unmarked.is_empty() {
             self.dirty = true;
-            return;
         }
-        let cmds = mark_bound_at(Fence { shard, epoch }, pods);
-        match self.propose(ledger, Some(owner), cmds) {
-            Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
-            _ => self.dirty = true,
+        for (fence, (owner, pods)) in marks.by_fence {
+            match self.propose(ledger, Some(owner), mark_bound_at(fence, &pods)) {
+                Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
+                _ => self.dirty = true,
+            }
         }
     }
 
@@ -1764,33 +1581,23 @@ impl ShardRuntime {
                     continue;
                 };
                 self.seq += 1;
-                let key = gang.gang.to_string();
-                let txn = txn_id(h, epoch, self.seq, &key);
-                let mut parts: BTreeMap<ShardId, Vec<PodPlacement>> = BTreeMap::new();
-                for p in &gang.placements {
-                    let s = self.node_shard.get(&p.node).copied().unwrap_or(h);
-                    parts.entry(s).or_default().push(PodPlacement {
-                        pod: p.pod.to_string(),
-                        node: p.node.clone(),
-                        resources: crate::ledger::resource_vec(&p.resources),
-                    });
-                }
+                let pool_of = |n: &str| Some(self.node_shard.get(n).copied().unwrap_or(h));
+                let timeout = self.opts.txn_timeout_ms;
+                let Ok(start) = start_txn((h, epoch), self.seq, &gang, pool_of, now, timeout)
+                else {
+                    continue; // every node has a pool here
+                };
+                let txn = start.txn.clone();
                 self.report.txns_started += 1;
                 self.txn_started_at
                     .insert(txn.clone(), std::time::Instant::now());
-                self.open.insert(txn.clone(), key.clone());
-                self.started.insert(txn.clone(), gang.clone());
+                self.open.insert(txn.clone(), start.gang.clone());
+                self.started.insert(txn, gang.clone());
                 work.push_back(Work::ToCoord {
                     to: *id,
                     shard: h,
                     epoch,
-                    event: CoordEvent::Start(StartTxn {
-                        txn,
-                        gang: key,
-                        parts: parts.into_iter().collect(),
-                        now_ms: now,
-                        deadline_ms: now.saturating_add(self.opts.txn_timeout_ms),
-                    }),
+                    event: CoordEvent::Start(start),
                 });
             }
         }
@@ -1878,24 +1685,6 @@ impl ShardRuntime {
         self.report.checks += 2;
         self.report.checks_failed += found.len() as u64;
         found
-    }
-}
-
-/// The pump's step for a message its receiver queued.
-fn work_of(to: ReplicaId, d: Delivery) -> Work {
-    match d {
-        Delivery::Coordinator { route, event } => Work::ToCoord {
-            to,
-            shard: route.shard,
-            epoch: route.epoch,
-            event,
-        },
-        Delivery::Participant { route, event } => Work::ToPart {
-            to,
-            shard: route.shard,
-            epoch: route.epoch,
-            event,
-        },
     }
 }
 

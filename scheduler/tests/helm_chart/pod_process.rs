@@ -13,11 +13,13 @@
 //! | `/usr/local/bin/phalanx` (the image's entrypoint) | the `phalanx` binary cargo built | no container engine |
 //! | `--listen=<addr>:<raft port>` | `127.0.0.1:<raft port of k>` | every pod has its own IP; processes share one |
 //! | `--http=<addr>:<http port>` | `127.0.0.1:<http port of k>` | same |
+//! | `--admin-listen=<addr>:<admin port>` | `127.0.0.1:<admin port of k>` | same |
 //! | `--peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<raft port>` | `localhost:<raft port of j>` | no cluster DNS; the name must be exactly the pod's stable name. Still a host *name*, so the replicas resolve names as they do in the cluster |
+//! | `--admin-peers` `<sts>-<j>.<service>.<ns>.svc.<domain>:<admin port>` | `localhost:<admin port of j>` | same |
 //!
 //! The loopback ports are the first free ones from `$PHALANX_HELM_PORT_BASE` (27100) up to
 //! 32767 (below the kernel's ephemeral range, so no outgoing connection holds one), raft
-//! ports first.
+//! ports first, then http, then admin.
 //! | volume mounts (claim, ConfigMap, emptyDir, projected Secrets) | directories under a temp dir; the ConfigMap's keys, and each projected Secret item (key -> path, mode), written as files from the objects read back with the admin kubeconfig (the service account has no Secret rights) | no kubelet |
 //! | the service-account token mounted in the pod | `KUBECONFIG` = a kubeconfig holding a token from `kubectl create token <sa>` (`$PHALANX_HELM_SA_KUBECONFIG`) | the in-cluster address is not reachable; the *same identity*, so RBAC is the chart's |
 //! | (`HOME`, `TMPDIR`) | per-pod temp dirs; the environment is otherwise cleared | nothing of the test's environment leaks in |
@@ -92,10 +94,11 @@ impl Release {
     }
 }
 
-/// Loopback ports for the replicas: the raft port and the http port of each ordinal.
+/// Loopback ports for the replicas: the raft, http and admin port of each ordinal.
 struct LocalPorts {
     raft: Vec<u16>,
     http: Vec<u16>,
+    admin: Vec<u16>,
 }
 
 impl LocalPorts {
@@ -106,6 +109,7 @@ impl LocalPorts {
         let mut ports = Self {
             raft: Vec::new(),
             http: Vec::new(),
+            admin: Vec::new(),
         };
         ports.grow(base, replicas);
         ports
@@ -113,7 +117,13 @@ impl LocalPorts {
 
     /// Ports for the ordinals up to `replicas`, those already given kept.
     fn grow(&mut self, base: u16, replicas: usize) {
-        let taken: Vec<u16> = self.raft.iter().chain(&self.http).copied().collect();
+        let taken: Vec<u16> = self
+            .raft
+            .iter()
+            .chain(&self.http)
+            .chain(&self.admin)
+            .copied()
+            .collect();
         let mut free = (base..32768).filter(|p| !taken.contains(p) && port_free(*p));
         let mut take = || {
             free.next()
@@ -124,6 +134,9 @@ impl LocalPorts {
         }
         while self.http.len() < replicas {
             self.http.push(take());
+        }
+        while self.admin.len() < replicas {
+            self.admin.push(take());
         }
     }
 }
@@ -308,13 +321,14 @@ fn local_mounts(
     Ok(mounts)
 }
 
-/// `--peers` with every `<sts>-<j>.<service>.<ns>.svc...:<raft>` as `127.0.0.1:<port j>`.
+/// `--peers` (`--admin-peers`) with every `<sts>-<j>.<service>.<ns>.svc...:<port>` as
+/// `localhost:<local[j]>`.
 fn local_peers(
     value: &str,
     sts: &StatefulSet,
     rel: &Release,
-    ports: &LocalPorts,
-    raft: i32,
+    local: &[u16],
+    port_in_pod: i32,
 ) -> Result<String, String> {
     let name = sts.metadata.name.as_deref().unwrap_or_default();
     let service = sts.spec.service_name.clone().unwrap_or_default();
@@ -332,11 +346,12 @@ fn local_peers(
             .and_then(|i| i.checked_sub(1))
             .ok_or_else(|| format!("peer id {id:?}"))?;
         let stable = format!("{name}-{ordinal}.{service}.{}.svc.", rel.namespace);
-        if !host.starts_with(&stable) || port != raft.to_string() {
-            return Err(format!("peer {entry:?} is not {stable}<domain>:{raft}"));
+        if !host.starts_with(&stable) || port != port_in_pod.to_string() {
+            return Err(format!(
+                "peer {entry:?} is not {stable}<domain>:{port_in_pod}"
+            ));
         }
-        let local = ports
-            .raft
+        let local = local
             .get(ordinal)
             .ok_or_else(|| format!("peer {entry:?}: no replica {ordinal} in the StatefulSet"))?;
         out.push(format!("{id}=localhost:{local}"));
@@ -386,6 +401,7 @@ fn local_pod(
         ));
     }
     let (raft, http) = (container_port(c, "raft")?, container_port(c, "http")?);
+    let admin = container_port(c, "admin")?;
     let http_local: SocketAddr = format!("127.0.0.1:{}", ports.http[ordinal])
         .parse()
         .expect("a loopback address");
@@ -406,7 +422,11 @@ fn local_pod(
         let local = match flag {
             "--listen" => port_of(raft).map(|()| format!("127.0.0.1:{}", ports.raft[ordinal]))?,
             "--http" => port_of(http).map(|()| http_local.to_string())?,
-            "--peers" => local_peers(value, sts, rel, ports, raft)?,
+            "--admin-listen" => {
+                port_of(admin).map(|()| format!("127.0.0.1:{}", ports.admin[ordinal]))?
+            }
+            "--peers" => local_peers(value, sts, rel, &ports.raft, raft)?,
+            "--admin-peers" => local_peers(value, sts, rel, &ports.admin, admin)?,
             _ => match mounts
                 .iter()
                 .find(|(path, _)| value == path.as_str() || value.starts_with(&format!("{path}/")))
@@ -805,6 +825,7 @@ fn run_checks(cluster: &Cluster, running: &mut [Running]) -> Vec<Result<String, 
         },
     )];
     results.push(refuses_a_client_without_a_certificate(cluster, running));
+    results.push(status_lists_every_replica_and_shard(running));
     results.push(
         cluster
             .create_gang("before-kill", 4, 8)
@@ -892,6 +913,87 @@ fn refuses_a_client_without_a_certificate(
         "{} raft ports refused a plaintext gRPC client without a certificate ({why}); one with replica 1's certificate from the Secret read the ledger",
         raft.len()
     ))
+}
+
+/// `phalanx status -o json` asked through every replica's admin port (as the chart sets
+/// it: `--admin-listen`, `--admin-peers`), with pod 0's certificate from the mounted
+/// Secret as the operator's (or `--insecure-plaintext` when the release runs so): each
+/// reply, forwarded to the Raft leader by the others, lists every replica up, one leader,
+/// and every shard of `--shards` with an owner among them.
+fn status_lists_every_replica_and_shard(running: &[Running]) -> Result<String, String> {
+    let want: Vec<u64> = (1..=running.len() as u64).collect();
+    let shards: usize = flag_value(&running[0], "--shards")?
+        .parse()
+        .map_err(|e| format!("--shards: {e}"))?;
+    let mut client = vec!["status".to_string(), "-o".into(), "json".into()];
+    if running[0]
+        .pod
+        .args
+        .iter()
+        .any(|a| a == "--insecure-plaintext")
+    {
+        client.push("--insecure-plaintext".into());
+    } else {
+        for flag in ["--tls-cert", "--tls-key", "--tls-ca"] {
+            client.extend([flag.to_string(), flag_value(&running[0], flag)?]);
+        }
+    }
+    for (k, r) in running.iter().enumerate() {
+        let server = format!("{}={}", k + 1, flag_value(r, "--admin-listen")?);
+        poll(&format!("phalanx status through {server}"), || {
+            let reply = phalanx_status(&client, &server)?;
+            status_complete(&reply, &want, shards)
+                .map(|()| Some(()))
+                .map_err(|e| format!("{e}: {reply:#}"))
+        })?;
+    }
+    Ok(format!(
+        "phalanx status through each of the {} admin ports: replicas {want:?} up, one leader, {shards} shards owned",
+        running.len()
+    ))
+}
+
+fn phalanx_status(client: &[String], server: &str) -> Result<serde_json::Value, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+        .args(client)
+        .args(["--server", server])
+        .output()
+        .map_err(|e| format!("phalanx status: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "phalanx status --server {server}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("phalanx status -o json: {e}"))
+}
+
+/// Every replica of `want` listed and up, exactly one leader, `shards` shards each owned
+/// by one of them.
+fn status_complete(v: &serde_json::Value, want: &[u64], shards: usize) -> Result<(), String> {
+    let replicas = v["replicas"].as_array().ok_or("no replicas in the reply")?;
+    let ids: Vec<u64> = replicas.iter().filter_map(|r| r["id"].as_u64()).collect();
+    let up = replicas.iter().filter(|r| r["up"] == true).count();
+    let leaders = replicas.iter().filter(|r| r["leader"] == true).count();
+    if ids != want || up != want.len() || leaders != 1 {
+        return Err(format!(
+            "replicas {ids:?} ({up} up, {leaders} leaders), want {want:?} all up and one leader"
+        ));
+    }
+    let owners: Vec<u64> = v["shards"]
+        .as_array()
+        .ok_or("no shards in the reply")?
+        .iter()
+        .filter_map(|s| s["owner"].as_u64())
+        .filter(|o| want.contains(o))
+        .collect();
+    if owners.len() != shards {
+        return Err(format!(
+            "{} of {shards} shards owned by a listed replica",
+            owners.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The StatefulSet controller recreates a killed pod with the same name and claim: the
@@ -1032,6 +1134,7 @@ impl Scale<'_> {
             },
         )?;
         let took = rolled.elapsed();
+        status_lists_every_replica_and_shard(running)?;
         // Small: the checks before hold 96 of the testbed's 128 GPUs.
         let gang = format!("after-scale-to-{to}");
         let placed = self
@@ -1039,7 +1142,7 @@ impl Scale<'_> {
             .create_gang(&gang, 2, 4)
             .and_then(|()| self.cluster.gang_placed(&gang, 2))?;
         Ok(format!(
-            "helm upgrade --set replicas={to} (from {from}): the pods rolled to the new --peers, {to} voters on every replica {:.1}s after the last was ready; {placed}",
+            "helm upgrade --set replicas={to} (from {from}): the pods rolled to the new --peers, {to} voters on every replica {:.1}s after the last was ready, phalanx status through each lists all {to}; {placed}",
             took.as_secs_f64()
         ))
     }

@@ -3,7 +3,8 @@
 //! Why not sled for the log: `docs/adr/0002-raft-log-durability.md`.
 
 mod log_file;
-mod record;
+// Public for the codec measurement in phalanx-bench (`codec`).
+pub mod record;
 mod replay;
 
 use std::fmt::Debug;

@@ -20,12 +20,14 @@
 //!
 //! A corrupted final frame cannot be told from a torn one; that single record is cut.
 
-use super::record::{HEADER_BYTES, MAX_FRAME_BYTES, Record};
+use super::record::{DecodeError, HEADER_BYTES, MAX_FRAME_BYTES, Record, decode};
 
 /// Most payload bytes checksummed while proving that no well-formed frame follows a
-/// damaged one. JSON bytes are >= 0x20, so 4 of them read as a length over 64 MiB: only
-/// the offsets within 3 bytes of a frame boundary are candidates, a few checksums per
-/// frame scanned. The bound is against adversarial or random garbage.
+/// damaged one. Only offsets whose 4 bytes read as a length that fits in the rest of the
+/// file are candidates; in postcard payloads (small varints, short strings) many are, so
+/// a scan checksums up to about the square of the bytes after the damage. A torn tail is
+/// one unfinished write, far below the bound; the bound is against adversarial or random
+/// garbage, where replay refuses rather than guess.
 pub const SCAN_BUDGET_BYTES: u64 = 1 << 30;
 
 /// What is wrong with the first frame that is not well-formed.
@@ -95,7 +97,7 @@ pub enum ReplayError {
         /// Start of the frame.
         offset: usize,
         /// The decoder's complaint.
-        source: serde_json::Error,
+        source: DecodeError,
     },
 }
 
@@ -161,11 +163,9 @@ pub fn replay(bytes: &[u8]) -> Result<Replayed, ReplayError> {
                 });
             }
         };
-        let record = serde_json::from_slice::<Record>(payload).map_err(|source| {
-            ReplayError::NotARecord {
-                offset: pos,
-                source,
-            }
+        let record = decode(payload).map_err(|source| ReplayError::NotARecord {
+            offset: pos,
+            source,
         })?;
         let frame_len = HEADER_BYTES + payload.len();
         records.push((record, frame_len as u64));

@@ -51,31 +51,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
---peers: every replica as <ordinal + 1>=<pod>.<headless service>.<namespace>.svc.<domain>:<raft
-port>, the rule `phalanx serve --id-from-pod-name` applies to the pod's own name.
+Every replica at <port>, as <ordinal + 1>=<pod>.<headless service>.<namespace>.svc.<domain>:<port>
+(index . 1), comma-separated: the id is the one `phalanx serve --id-from-pod-name` takes
+from the pod's own name.
 */}}
-{{- define "phalanx.peers" -}}
-{{- $full := include "phalanx.fullname" . }}
-{{- $svc := include "phalanx.peersService" . }}
+{{- define "phalanx.replicasAt" -}}
+{{- $ := index . 0 }}
+{{- $port := int (index . 1) }}
+{{- $full := include "phalanx.fullname" $ }}
+{{- $svc := include "phalanx.peersService" $ }}
 {{- $peers := list }}
-{{- range $i := until (int .Values.replicas) }}
-{{- $peers = append $peers (printf "%d=%s-%d.%s.%s.svc.%s:%d" (add1 $i) $full $i $svc $.Release.Namespace $.Values.clusterDomain (int $.Values.ports.raft)) }}
+{{- range $i := until (int $.Values.replicas) }}
+{{- $peers = append $peers (printf "%d=%s-%d.%s.%s.svc.%s:%d" (add1 $i) $full $i $svc $.Release.Namespace $.Values.clusterDomain $port) }}
 {{- end }}
 {{- join "," $peers }}
 {{- end }}
 
-{{/*
---coord-peers: every replica's CoordinatorService (2PC between replicas) by the same stable
-DNS names as --peers.
-*/}}
-{{- define "phalanx.coordPeers" -}}
-{{- $full := include "phalanx.fullname" . }}
-{{- $svc := include "phalanx.peersService" . }}
-{{- $peers := list }}
-{{- range $i := until (int .Values.replicas) }}
-{{- $peers = append $peers (printf "%d=%s-%d.%s.%s.svc.%s:%d" (add1 $i) $full $i $svc $.Release.Namespace $.Values.clusterDomain (int $.Values.ports.coord)) }}
+{{/* --peers: every replica's Raft and ledger port. */}}
+{{- define "phalanx.peers" -}}
+{{- include "phalanx.replicasAt" (list . .Values.ports.raft) }}
 {{- end }}
-{{- join "," $peers }}
+
+{{/* --coord-peers: every replica's CoordinatorService (2PC between replicas). */}}
+{{- define "phalanx.coordPeers" -}}
+{{- include "phalanx.replicasAt" (list . .Values.ports.coord) }}
+{{- end }}
+
+{{/* --admin-peers: every replica's admin service (explain forwarded to a shard's owner). */}}
+{{- define "phalanx.adminPeers" -}}
+{{- include "phalanx.replicasAt" (list . .Values.ports.admin) }}
 {{- end }}
 
 {{/* "<host>:<port>", with brackets around an IPv6 host ("[::]:7001"). */}}

@@ -12,7 +12,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 pub use node::node_from_k8s;
-pub use pod::{parse_sim_duration_ms, pod_from_k8s, pod_requests_from_k8s};
+pub use pod::{
+    UNHONOURED_CONSTRAINT, parse_sim_duration_ms, pod_from_k8s, pod_requests_from_k8s,
+    unhonoured_constraints,
+};
 pub use priority_class::priority_class_from_k8s;
 pub use selector::{node_selector_term_from_k8s, toleration_from_k8s};
 

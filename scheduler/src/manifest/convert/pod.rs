@@ -12,6 +12,33 @@ use crate::model::{
 
 const POD_PHASES: &[&str] = &["Pending", "Running", "Succeeded", "Failed", "Unknown"];
 
+/// The placement constraints of `spec` that phalanx's predicates do not evaluate (pod
+/// affinity, pod anti-affinity, topology spread), by field path: a pod carrying one may be
+/// placed against it, so the loader says so rather than breaking it without a word.
+pub fn unhonoured_constraints(spec: &k8s::PodSpec) -> Vec<&'static str> {
+    let affinity = spec.affinity.as_ref();
+    let mut found = Vec::new();
+    if affinity.is_some_and(|a| a.pod_affinity.is_some()) {
+        found.push("spec.affinity.podAffinity");
+    }
+    if affinity.is_some_and(|a| a.pod_anti_affinity.is_some()) {
+        found.push("spec.affinity.podAntiAffinity");
+    }
+    if spec
+        .topology_spread_constraints
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        found.push("spec.topologySpreadConstraints");
+    }
+    found
+}
+
+/// What a warning about [`unhonoured_constraints`] says after the field.
+pub const UNHONOURED_CONSTRAINT: &str = "is not evaluated by phalanx (only node selectors, \
+    node affinity, taints and tolerations are); the pod may be placed against it \
+    (docs/configuration.md)";
+
 /// Converts a pod. A pod without `spec.schedulerName` gets `default_scheduler_name`.
 pub fn pod_from_k8s(pod: &k8s::Pod, default_scheduler_name: &str) -> Result<Pod, FieldError> {
     let name = required_name(pod.metadata.name.as_ref())?;

@@ -17,6 +17,7 @@ use crate::raft_types::LedgerBatch;
 use crate::state_machine::apply_batch;
 
 const JSON: i32 = Encoding::Json as i32;
+const POSTCARD: i32 = Encoding::Postcard as i32;
 
 /// Names a proposer controls: ordinary ones, hostile ones (empty, slashes, control
 /// characters, unicode) and, rarely, long ones.
@@ -174,14 +175,20 @@ fn apply_all(commands: &[LedgerCommand]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Every decoder of the wire, fed `bytes`; each must return, not panic.
+/// Every decoder of the wire, fed `bytes` in each encoding; each must return, not panic.
 fn decode_everything(bytes: &[u8]) {
+    for encoding in [JSON, POSTCARD] {
+        decode_everything_as(encoding, bytes);
+    }
+}
+
+fn decode_everything_as(encoding: i32, bytes: &[u8]) {
     let raft = RaftRequest {
-        encoding: JSON,
+        encoding,
         payload: bytes.to_vec(),
     };
     let reply = RaftReply {
-        encoding: JSON,
+        encoding,
         payload: bytes.to_vec(),
     };
     let _ = append_entries::from_wire(&raft);
@@ -191,29 +198,29 @@ fn decode_everything(bytes: &[u8]) {
     let _ = install_snapshot::from_wire(&raft);
     let _ = install_snapshot::reply_from_wire(&reply);
     let _ = ledger_batch::from_wire(&ProposeRequest {
-        encoding: JSON,
+        encoding,
         batch: bytes.to_vec(),
     });
     let committed = CommittedBatch {
-        encoding: JSON,
+        encoding,
         responses: bytes.to_vec(),
         log_index: 1,
     };
     let _ = ledger_batch::committed_from_wire(&committed);
     let snapshot = LedgerSnapshot {
-        encoding: JSON,
+        encoding,
         state: bytes.to_vec(),
         ..Default::default()
     };
     let _ = ledger_read::from_wire(&snapshot);
     let request = ChangesRequest {
         after_key: bytes.to_vec(),
-        key_encoding: JSON,
+        key_encoding: encoding,
         ..Default::default()
     };
     let _ = ledger_changes::request_from_wire(&request);
     let page = ChangesPage {
-        encoding: JSON,
+        encoding,
         entries: bytes.to_vec(),
         next_key: bytes.to_vec(),
         ..Default::default()
@@ -260,6 +267,28 @@ proptest! {
     }
 
     #[test]
+    fn a_damaged_postcard_batch_is_decoded_or_refused_naming_a_field(
+        commands in proptest::collection::vec(wild_command(), 1..4),
+        at in any::<prop::sample::Index>(),
+        edit in 0u8..3,
+        byte in any::<u8>(),
+    ) {
+        let mut bytes = encode_postcard(&LedgerBatch { commands }).unwrap();
+        let i = at.index(bytes.len());
+        match edit {
+            0 => bytes[i] = byte,
+            1 => bytes.insert(i, byte),
+            _ => { bytes.remove(i); }
+        }
+        let req = ProposeRequest { encoding: POSTCARD, batch: bytes };
+        match ledger_batch::from_wire(&req) {
+            Ok(batch) => apply_all(&batch.commands)?,
+            Err(WireError::Field { field, .. }) => prop_assert!(!field.is_empty()),
+            Err(e) => prop_assert!(false, "not a field error: {e}"),
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic_a_wire_decoder(
         bytes in prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..256),
@@ -297,6 +326,51 @@ fn a_malformed_proposal_is_invalid_argument_naming_the_field() {
     let req = ProposeRequest {
         encoding: JSON,
         batch: br#"{"commands":[]} x"#.to_vec(),
+    };
+    let err = ledger_batch::from_wire(&req).expect_err("trailing bytes");
+    assert!(err.to_string().contains("trailing"), "{err}");
+}
+
+#[test]
+fn a_postcard_reply_is_refused_so_a_deep_error_chain_cannot_overflow_the_stack() {
+    // `AnyError { typ: None, msg: "", source: Some(..), .. }` nested a million times is
+    // about 3 MB of postcard; only the JSON decoder bounds the depth.
+    let reply = RaftReply {
+        encoding: POSTCARD,
+        payload: [0u8, 0, 1].repeat(1_000_000),
+    };
+    assert!(matches!(
+        append_entries::reply_from_wire(&reply),
+        Err(WireError::UnknownEncoding(POSTCARD))
+    ));
+    assert!(vote::reply_from_wire(&reply).is_err());
+    assert!(install_snapshot::reply_from_wire(&reply).is_err());
+}
+
+#[test]
+fn a_malformed_postcard_proposal_names_the_field_and_trailing_bytes_are_refused() {
+    let batch = LedgerBatch::one(LedgerCommand::Release {
+        shard: 1,
+        epoch: 1,
+        pods: vec!["ns/p".into()],
+        reason: ReleaseReason::Finished,
+    });
+    let mut bytes = encode_postcard(&batch).unwrap();
+    // The last byte is the reason's variant index: 9 names no variant.
+    *bytes.last_mut().unwrap() = 9;
+    let req = ProposeRequest {
+        encoding: POSTCARD,
+        batch: bytes.clone(),
+    };
+    let err = ledger_batch::from_wire(&req).expect_err("no such reason");
+    // postcard carries no names, so the path is positional: the batch's field 0
+    // (`commands`), command 0, variant 6 (`Release`), its field 3 (`reason`).
+    assert!(err.to_string().contains("`[0][0].6[3]`"), "{err}");
+    *bytes.last_mut().unwrap() = 0;
+    bytes.push(0);
+    let req = ProposeRequest {
+        encoding: POSTCARD,
+        batch: bytes,
     };
     let err = ledger_batch::from_wire(&req).expect_err("trailing bytes");
     assert!(err.to_string().contains("trailing"), "{err}");

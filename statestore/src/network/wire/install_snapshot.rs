@@ -5,7 +5,7 @@ use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
 use phalanx_proto::raft::{RaftReply, RaftRequest};
 
-use super::{WireError, decode, reply, request};
+use super::{WireError, decode, decode_reply, reply, request};
 use crate::raft_types::{NodeId, TypeConfig};
 
 /// The reply type carried back.
@@ -28,5 +28,5 @@ pub fn reply_to_wire(r: &Reply) -> Result<RaftReply, WireError> {
 
 /// Wire to reply.
 pub fn reply_from_wire(r: &RaftReply) -> Result<Reply, WireError> {
-    decode(r.encoding, &r.payload)
+    decode_reply(r.encoding, &r.payload)
 }

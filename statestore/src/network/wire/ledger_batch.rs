@@ -3,14 +3,14 @@
 use phalanx_proto::ledger::{CommittedBatch, ProposeRequest};
 use phalanx_proto::raft::Encoding;
 
-use super::{WireError, decode, encode};
+use super::{WireError, decode, encode, encode_postcard};
 use crate::raft_types::{BatchResponse, LedgerBatch};
 
-/// Batch to wire.
+/// Batch to wire (postcard, as the Raft log will store it).
 pub fn to_wire(batch: &LedgerBatch) -> Result<ProposeRequest, WireError> {
     Ok(ProposeRequest {
-        encoding: Encoding::Json as i32,
-        batch: encode(batch)?,
+        encoding: Encoding::Postcard as i32,
+        batch: encode_postcard(batch)?,
     })
 }
 

@@ -1,6 +1,12 @@
 //! Conversions between openraft / ledger types and the protobuf messages of
 //! `phalanx-proto`: one module per wire type. Raft messages carry openraft's own types
-//! serialized (JSON, tagged with `Encoding`), so openraft's types stay the contract.
+//! serialized (tagged with `Encoding`), so openraft's types stay the contract.
+//!
+//! Requests and proposals (the bulk: log entries) are sent in postcard, as the Raft log
+//! stores them; replies and reads stay JSON. Why: docs/adr/0003-binary-log-and-wire-codec.md
+//! (openraft's error type in a reply nests without bound, which only serde_json's recursion
+//! limit makes safe to decode; reads are fingerprinted over the canonical JSON bytes).
+//! Every decoder reads both encodings.
 
 pub mod append_entries;
 pub mod install_snapshot;
@@ -22,17 +28,20 @@ pub enum WireError {
     /// The peer used an encoding this build does not know.
     #[error("unknown payload encoding {0}")]
     UnknownEncoding(i32),
-    /// The payload could not be serialized.
+    /// The payload could not be serialized as JSON.
     #[error("payload serialization failed: {0}")]
     Json(#[from] serde_json::Error),
+    /// The payload could not be serialized in postcard.
+    #[error("payload serialization failed: {0}")]
+    Postcard(#[from] postcard::Error),
     /// The payload is not valid for its type; `field` is the path to the value that is
     /// not (`commands[0].PlaceGangs.gangs[2].pods`), `.` when the whole payload is not.
     #[error("payload field `{field}`: {source}")]
     Field {
         /// Path of the offending value.
         field: String,
-        /// What serde found wrong there (it names line and column of the payload).
-        source: serde_json::Error,
+        /// What the decoder found wrong there (serde_json names line and column).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A required oneof was empty.
     #[error("message has no {0}")]
@@ -44,33 +53,78 @@ pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, WireError> {
     Ok(serde_json::to_vec(v)?)
 }
 
+/// Serializes `v` as a postcard payload. Only for types that do not nest without bound:
+/// postcard has no recursion limit, so a decoder of such a type could be made to
+/// overflow its stack.
+pub fn encode_postcard<T: Serialize>(v: &T) -> Result<Vec<u8>, WireError> {
+    Ok(postcard::to_stdvec(v)?)
+}
+
 /// Deserializes a payload tagged with `encoding`; an error names the field path. Never
-/// panics on any bytes (serde_json bounds its recursion at 128 levels).
+/// panics on any bytes (serde_json bounds its recursion at 128 levels; the types sent in
+/// postcard do not recurse).
 pub fn decode<T: DeserializeOwned>(encoding: i32, bytes: &[u8]) -> Result<T, WireError> {
-    if encoding != Encoding::Json as i32 {
-        return Err(WireError::UnknownEncoding(encoding));
+    match Encoding::try_from(encoding) {
+        Ok(Encoding::Json) => decode_json(bytes),
+        Ok(Encoding::Postcard) => decode_postcard(bytes),
+        _ => Err(WireError::UnknownEncoding(encoding)),
     }
+}
+
+/// Deserializes a Raft reply: JSON only, whatever its tag says. A reply may carry
+/// openraft's `AnyError`, whose `source` chain nests without bound; serde_json's recursion
+/// limit is what keeps a hostile peer's deep chain from overflowing the stack.
+pub fn decode_reply<T: DeserializeOwned>(encoding: i32, bytes: &[u8]) -> Result<T, WireError> {
+    match Encoding::try_from(encoding) {
+        Ok(Encoding::Json) => decode_json(bytes),
+        _ => Err(WireError::UnknownEncoding(encoding)),
+    }
+}
+
+fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| WireError::Field {
-        field: e.path().to_string(),
-        source: e.into_inner(),
-    })?;
+    let value = serde_path_to_error::deserialize(&mut de).map_err(field_error)?;
     de.end().map_err(|source| WireError::Field {
         field: ".".to_string(),
-        source,
+        source: source.into(),
     })?;
     Ok(value)
 }
 
-/// Frames a serialized request.
+fn decode_postcard<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    let mut de = postcard::Deserializer::from_bytes(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(field_error)?;
+    let rest = de.finalize().map_err(|source| WireError::Field {
+        field: ".".to_string(),
+        source: source.into(),
+    })?;
+    if !rest.is_empty() {
+        return Err(WireError::Field {
+            field: ".".to_string(),
+            source: format!("{} trailing bytes after the payload", rest.len()).into(),
+        });
+    }
+    Ok(value)
+}
+
+fn field_error<E: std::error::Error + Send + Sync + 'static>(
+    e: serde_path_to_error::Error<E>,
+) -> WireError {
+    WireError::Field {
+        field: e.path().to_string(),
+        source: Box::new(e.into_inner()),
+    }
+}
+
+/// Frames a serialized request (postcard: requests carry log entries).
 pub(crate) fn request<T: Serialize>(v: &T) -> Result<RaftRequest, WireError> {
     Ok(RaftRequest {
-        encoding: Encoding::Json as i32,
-        payload: encode(v)?,
+        encoding: Encoding::Postcard as i32,
+        payload: encode_postcard(v)?,
     })
 }
 
-/// Frames a serialized reply.
+/// Frames a serialized reply (JSON: a reply may carry openraft's nested error).
 pub(crate) fn reply<T: Serialize>(v: &T) -> Result<RaftReply, WireError> {
     Ok(RaftReply {
         encoding: Encoding::Json as i32,
@@ -135,6 +189,28 @@ mod tests {
         let thin =
             ledger_read::from_wire(&ledger_read::to_wire(&state, 5, false).unwrap()).unwrap();
         assert!(thin.state.is_none());
+    }
+
+    #[test]
+    fn requests_and_proposals_go_in_postcard_replies_and_reads_in_json() {
+        let batch = LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 });
+        let propose = ledger_batch::to_wire(&batch).unwrap();
+        assert_eq!(propose.encoding, Encoding::Postcard as i32);
+        assert_eq!(propose.batch, postcard::to_stdvec(&batch).unwrap());
+        let v = VoteRequest::new(Vote::new(4, 2), None);
+        assert_eq!(
+            vote::to_wire(&v).unwrap().encoding,
+            Encoding::Postcard as i32
+        );
+        let reply: append_entries::Reply = Ok(AppendEntriesResponse::Success);
+        let wire = append_entries::reply_to_wire(&reply).unwrap();
+        assert_eq!(wire.encoding, Encoding::Json as i32);
+        // A JSON proposal (an older client) is still read.
+        let json = phalanx_proto::ledger::ProposeRequest {
+            encoding: Encoding::Json as i32,
+            batch: serde_json::to_vec(&batch).unwrap(),
+        };
+        assert_eq!(ledger_batch::from_wire(&json).unwrap(), batch);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use openraft::error::RaftError;
 use openraft::raft::{VoteRequest, VoteResponse};
 use phalanx_proto::raft::{RaftReply, RaftRequest};
 
-use super::{WireError, decode, reply, request};
+use super::{WireError, decode, decode_reply, reply, request};
 use crate::raft_types::NodeId;
 
 /// The reply type carried back.
@@ -27,5 +27,5 @@ pub fn reply_to_wire(r: &Reply) -> Result<RaftReply, WireError> {
 
 /// Wire to reply.
 pub fn reply_from_wire(r: &RaftReply) -> Result<Reply, WireError> {
-    decode(r.encoding, &r.payload)
+    decode_reply(r.encoding, &r.payload)
 }

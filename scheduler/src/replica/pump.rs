@@ -1,0 +1,440 @@
+//! The 2PC work loop, written once for every driver.
+//!
+//! ```text
+//!  Work::ToCoord / ToPart ──► driver steps that replica's machine at (shard, epoch)
+//!        ▲                         │ commands
+//!        │                         ▼
+//!        │   Work::FromCoord / FromPart (queued behind what is already there)
+//!        │     ProposeToLedger ─► driver.propose ─► begin/decide/reserve_result ─┐
+//!        │     Pick            ─► the pump's PoolView (opened once per pump)     │
+//!        │     Send*/Reply     ─► the shard's owner: this replica (in process)   │
+//!        │                         or driver.send (another replica)              │
+//!        │     Bind / Report   ─► driver                                         │
+//!        └───────────────────────── events ◄─────────────────────────────────────┘
+//! ```
+//!
+//! A machine's commands are queued behind the work already there rather than performed
+//! at once, so that in one thread the replicas' transactions interleave in a fixed order
+//! (the simulator's outcome does not depend on the transport). When the queue runs dry
+//! the driver is asked for the messages that arrived meanwhile (`received`).
+
+use std::collections::VecDeque;
+
+use phalanx_statestore::ledger::{Epoch, ReplicaId, ShardId, TxnDecision, TxnId};
+use phalanx_statestore::{LedgerCommand, LedgerResponse, PodPlacement};
+
+use crate::coord::service::{CoordMessage, Delivery, Route};
+use crate::coord::{
+    CoordCommand, CoordEvent, LedgerResult, ParticipantCommand, ParticipantEvent, TxnOutcome,
+    begin_result, decide_result, reserve_result,
+};
+use crate::simulate::pool_pick::PoolView;
+
+/// One step of the pump: an event for a replica's state machine, or a command one of them
+/// emitted, to perform.
+#[derive(Debug)]
+pub enum Work {
+    /// An event for replica `to`'s coordinator of `shard`, if it holds it at `epoch`.
+    ToCoord {
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: CoordEvent,
+    },
+    /// An event for replica `to`'s participant of `shard`, if it holds it at `epoch`.
+    ToPart {
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    },
+    /// A command of replica `from`'s coordinator of `shard` at `epoch`.
+    FromCoord {
+        from: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        cmd: CoordCommand,
+    },
+    /// A command of replica `from`'s participant of `shard` at `epoch`.
+    FromPart {
+        from: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        cmd: ParticipantCommand,
+    },
+}
+
+impl Work {
+    /// The step for a message that replica `to` received (its route names shard and epoch).
+    pub fn delivered(to: ReplicaId, d: Delivery) -> Self {
+        match d {
+            Delivery::Coordinator { route, event } => Self::ToCoord {
+                to,
+                shard: route.shard,
+                epoch: route.epoch,
+                event,
+            },
+            Delivery::Participant { route, event } => Self::ToPart {
+                to,
+                shard: route.shard,
+                epoch: route.epoch,
+                event,
+            },
+        }
+    }
+}
+
+/// What the pump needs from its driver: the parts that differ between one replica per
+/// process (`phalanx serve`) and many replicas in one thread (`phalanx simulate`).
+pub trait PumpDriver {
+    /// Steps replica `to`'s coordinator of `shard`; `None` (the event is dropped) when that
+    /// replica does not run or holds no coordinator of `shard` at `epoch`.
+    fn step_coordinator(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: CoordEvent,
+    ) -> Option<Vec<CoordCommand>>;
+
+    /// Steps replica `to`'s participant of `shard`, as [`Self::step_coordinator`].
+    fn step_participant(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    ) -> Option<Vec<ParticipantCommand>>;
+
+    /// Whether replica `id` runs: the commands of one that stopped are dropped.
+    fn runs(&self, id: ReplicaId) -> bool;
+
+    /// Proposes one transaction command on behalf of replica `by`; `None` when the outcome
+    /// is unknown (the state machines resend on a tick).
+    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse>;
+
+    /// The owner of `shard` and its epoch, as the driver knows them now.
+    fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)>;
+
+    /// Sends `m` from replica `from` to another replica `to`. A message that cannot be
+    /// sent is lost (the machines resend on a tick); what arrived meanwhile may be queued
+    /// onto `work`.
+    fn send(&mut self, from: ReplicaId, to: ReplicaId, m: CoordMessage, work: &mut VecDeque<Work>);
+
+    /// A message between two machines of the same replica, handed over in process.
+    fn sent_locally(&mut self) {}
+
+    /// Opens the participants' view for picking nodes (once per pump, at the first pick).
+    fn open_view(&mut self) -> Result<PoolView, String>;
+
+    /// Binds a committed transaction's pods (as the participants reserved them), then has
+    /// their shards' owners mark them bound.
+    fn bind(&mut self, by: ReplicaId, txn: &TxnId, gang: &str, pods: &[PodPlacement]);
+
+    /// A transaction ended (or was refused) at replica `by`'s coordinator.
+    fn report(&mut self, by: ReplicaId, txn: TxnId, outcome: TxnOutcome, reason: String);
+
+    /// The messages received since the last call (asked when the work runs dry).
+    fn received(&mut self) -> Vec<Work> {
+        Vec::new()
+    }
+
+    /// Whether replica `from` may perform `cmd` (false: it is dropped). The simulator's
+    /// transaction faults kill a replica here.
+    fn admit_coord_command(&mut self, _from: ReplicaId, _cmd: &CoordCommand) -> bool {
+        true
+    }
+
+    /// Whether `event` may reach replica `to`'s participant (false: it is dropped).
+    fn admit_part_event(&mut self, _to: ReplicaId, _event: &ParticipantEvent) -> bool {
+        true
+    }
+}
+
+/// The pump gave up with work left: more steps than its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the 2PC pump stopped after {steps} steps ({left} left)")]
+pub struct PumpStopped {
+    pub steps: usize,
+    pub left: usize,
+}
+
+/// Runs `work`, what it leads to and what arrives meanwhile, until nothing is left or
+/// `max_steps` steps were taken.
+pub fn pump(
+    driver: &mut impl PumpDriver,
+    mut work: VecDeque<Work>,
+    max_steps: usize,
+) -> Result<(), PumpStopped> {
+    let mut view: Option<PoolView> = None;
+    let mut steps = 0usize;
+    loop {
+        if work.is_empty() {
+            work.extend(driver.received());
+        }
+        let Some(w) = work.pop_front() else {
+            return Ok(());
+        };
+        steps += 1;
+        if steps > max_steps {
+            return Err(PumpStopped {
+                steps: max_steps,
+                left: work.len() + 1,
+            });
+        }
+        step(driver, w, &mut work, &mut view);
+    }
+}
+
+fn step(
+    driver: &mut impl PumpDriver,
+    w: Work,
+    work: &mut VecDeque<Work>,
+    view: &mut Option<PoolView>,
+) {
+    match w {
+        Work::ToCoord {
+            to,
+            shard,
+            epoch,
+            event,
+        } => {
+            let cmds = driver.step_coordinator(to, shard, epoch, event);
+            work.extend(cmds.into_iter().flatten().map(|cmd| Work::FromCoord {
+                from: to,
+                shard,
+                epoch,
+                cmd,
+            }));
+        }
+        Work::ToPart {
+            to,
+            shard,
+            epoch,
+            event,
+        } => {
+            if !driver.admit_part_event(to, &event) {
+                return;
+            }
+            let cmds = driver.step_participant(to, shard, epoch, event);
+            work.extend(cmds.into_iter().flatten().map(|cmd| Work::FromPart {
+                from: to,
+                shard,
+                epoch,
+                cmd,
+            }));
+        }
+        Work::FromCoord {
+            from,
+            shard,
+            epoch,
+            cmd,
+        } => {
+            if driver.runs(from) && driver.admit_coord_command(from, &cmd) {
+                coord_command(driver, (from, shard, epoch), cmd, work, view);
+            }
+        }
+        Work::FromPart {
+            from,
+            shard,
+            epoch,
+            cmd,
+        } => {
+            if driver.runs(from) {
+                part_command(driver, (from, shard, epoch), cmd, work, view);
+            }
+        }
+    }
+}
+
+/// Who a machine is: its replica, its shard and the epoch it was built at.
+type Machine = (ReplicaId, ShardId, Epoch);
+
+fn coord_command(
+    driver: &mut impl PumpDriver,
+    (from, shard, epoch): Machine,
+    cmd: CoordCommand,
+    work: &mut VecDeque<Work>,
+    view: &mut Option<PoolView>,
+) {
+    match cmd {
+        CoordCommand::ProposeToLedger(c) => {
+            let Some((txn, result)) = coord_proposal(driver, from, c) else {
+                return;
+            };
+            if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) = (view, &result) {
+                view.aborted(&txn);
+            }
+            work.push_back(Work::ToCoord {
+                to: from,
+                shard,
+                epoch,
+                event: CoordEvent::LedgerApplied { txn, result },
+            });
+        }
+        CoordCommand::SendPrepare { shard: to, prepare } => {
+            send_to_owner(driver, from, to, work, |route| CoordMessage::Prepare {
+                route,
+                coordinator_epoch: epoch,
+                prepare,
+            });
+        }
+        CoordCommand::SendDecision {
+            shard: to,
+            txn,
+            decision,
+        } => {
+            send_to_owner(driver, from, to, work, |route| CoordMessage::Decide {
+                route,
+                txn,
+                coordinator: shard,
+                coordinator_epoch: epoch,
+                decision,
+            });
+        }
+        CoordCommand::Bind { txn, gang, pods } => driver.bind(from, &txn, &gang, &pods),
+        CoordCommand::Report {
+            txn,
+            outcome,
+            reason,
+        } => driver.report(from, txn, outcome, reason),
+    }
+}
+
+/// Proposes a coordinator's `TxnBegin` or `TxnDecide` and reads the answer; `None` when
+/// the outcome is unknown, or for a command a coordinator never asks for (dropped).
+fn coord_proposal(
+    driver: &mut impl PumpDriver,
+    from: ReplicaId,
+    c: LedgerCommand,
+) -> Option<(TxnId, LedgerResult)> {
+    let (txn, decision) = match &c {
+        LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), None),
+        LedgerCommand::TxnDecide { txn, decision, .. } => (txn.clone(), Some(*decision)),
+        other => {
+            tracing::warn!(command = ?other, "a coordinator asked for a command it never proposes; dropped");
+            return None;
+        }
+    };
+    let r = driver.propose(from, c)?;
+    let result = match decision {
+        None => begin_result(&r),
+        Some(d) => decide_result(d, &r),
+    };
+    Some((txn, result))
+}
+
+fn part_command(
+    driver: &mut impl PumpDriver,
+    (from, shard, epoch): Machine,
+    cmd: ParticipantCommand,
+    work: &mut VecDeque<Work>,
+    view: &mut Option<PoolView>,
+) {
+    match cmd {
+        ParticipantCommand::Pick { txn, wanted } => {
+            let result = pick(driver, view, &txn, shard, &wanted);
+            work.push_back(Work::ToPart {
+                to: from,
+                shard,
+                epoch,
+                event: ParticipantEvent::Picked { txn, result },
+            });
+        }
+        ParticipantCommand::ProposeToLedger(c) => {
+            let Some((txn, result)) = reserve(driver, view, from, shard, c) else {
+                return;
+            };
+            work.push_back(Work::ToPart {
+                to: from,
+                shard,
+                epoch,
+                event: ParticipantEvent::LedgerApplied { txn, result },
+            });
+        }
+        ParticipantCommand::Reply {
+            to,
+            txn,
+            shard: part,
+            reply,
+        } => {
+            send_to_owner(driver, from, to, work, |route| CoordMessage::Reply {
+                route,
+                txn,
+                participant: part,
+                participant_epoch: epoch,
+                reply,
+            });
+        }
+    }
+}
+
+/// A participant of `pool` picks nodes for `txn`'s `wanted` pods (see [`PoolView::pick`]),
+/// opening the pump's view first; a view that cannot be opened answers the pick with why.
+fn pick(
+    driver: &mut impl PumpDriver,
+    view: &mut Option<PoolView>,
+    txn: &str,
+    pool: ShardId,
+    wanted: &[PodPlacement],
+) -> Result<Vec<PodPlacement>, String> {
+    if view.is_none() {
+        *view = Some(
+            driver
+                .open_view()
+                .map_err(|e| format!("shard {pool}: {e}"))?,
+        );
+    }
+    let view = view.as_mut().expect("opened above");
+    view.pick(txn, pool, wanted)
+}
+
+/// Proposes a participant's `TxnReserve`, reads the answer and keeps the view current
+/// (a reservation takes its nodes' capacity, a refusal leaves them free).
+fn reserve(
+    driver: &mut impl PumpDriver,
+    view: &mut Option<PoolView>,
+    from: ReplicaId,
+    shard: ShardId,
+    c: LedgerCommand,
+) -> Option<(TxnId, LedgerResult)> {
+    let (txn, pods) = match &c {
+        LedgerCommand::TxnReserve { txn, gang, .. } => (txn.clone(), gang.pods.clone()),
+        other => {
+            tracing::warn!(command = ?other, "a participant asked for a command it never proposes; dropped");
+            return None;
+        }
+    };
+    let r = driver.propose(from, c)?;
+    let result = reserve_result(shard, &r);
+    if let Some(view) = view.as_mut() {
+        match &result {
+            LedgerResult::Reserved { .. } => view.reserved(&txn, shard, &pods),
+            LedgerResult::RefusedReserve { .. } => view.refused(&txn, shard),
+            _ => {}
+        }
+    }
+    Some((txn, result))
+}
+
+/// Addresses a message to the owner of shard `to` at the owner's epoch: handed over in
+/// process when that is `from` itself, else sent by the driver. A shard with no owner
+/// known loses the message (the machines resend on a tick).
+fn send_to_owner(
+    driver: &mut impl PumpDriver,
+    from: ReplicaId,
+    to: ShardId,
+    work: &mut VecDeque<Work>,
+    message: impl FnOnce(Route) -> CoordMessage,
+) {
+    let Some((owner, epoch)) = driver.owner(to) else {
+        return;
+    };
+    let m = message(Route { shard: to, epoch });
+    if owner == from {
+        driver.sent_locally();
+        work.push_back(Work::delivered(owner, m.into_delivery()));
+    } else {
+        driver.send(from, owner, m, work);
+    }
+}

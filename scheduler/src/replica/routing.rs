@@ -1,0 +1,83 @@
+//! Pure functions every driver shares around a plan's commit: a cross-shard gang's
+//! transaction (its parts per pool, its id, its deadline), and commit-then-bind's second
+//! half, which owner marks which bound pods at which fence.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use phalanx_statestore::PodPlacement;
+use phalanx_statestore::ledger::{Epoch, ShardId};
+
+use crate::coord::{StartTxn, txn_id};
+use crate::framework::GangPlacement;
+use crate::ledger::resource_vec;
+use crate::ledger::sharded::Fence;
+use crate::model::ObjectKey;
+
+/// The transaction a coordinator of `home` (owned at `epoch`) starts for `gang`: one part
+/// per pool of the planned nodes (the participants pick the final nodes), its id minted
+/// from the coordinator's `seq`, undecided after `timeout_ms`. `Err` names the first
+/// planned node whose pool `pool_of` does not know.
+pub fn start_txn(
+    (home, epoch): (ShardId, Epoch),
+    seq: u64,
+    gang: &GangPlacement,
+    pool_of: impl Fn(&str) -> Option<ShardId>,
+    now_ms: u64,
+    timeout_ms: u64,
+) -> Result<StartTxn, String> {
+    let key = gang.gang.to_string();
+    let mut parts: BTreeMap<ShardId, Vec<PodPlacement>> = BTreeMap::new();
+    for p in &gang.placements {
+        let shard = pool_of(&p.node).ok_or_else(|| p.node.clone())?;
+        parts.entry(shard).or_default().push(PodPlacement {
+            pod: p.pod.to_string(),
+            node: p.node.clone(),
+            resources: resource_vec(&p.resources),
+        });
+    }
+    Ok(StartTxn {
+        txn: txn_id(home, epoch, seq, &key),
+        gang: key,
+        parts: parts.into_iter().collect(),
+        now_ms,
+        deadline_ms: now_ms.saturating_add(timeout_ms),
+    })
+}
+
+/// Bound pods grouped for `MarkBound`: by the fence of their shard's owner (with who that
+/// owner is), and the shards whose pods nobody can mark now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marks<O> {
+    /// Fence -> (its owner, the pods to mark there), in shard order.
+    pub by_fence: BTreeMap<Fence, (O, Vec<ObjectKey>)>,
+    /// Shards with no owner able to mark (lost, or its owner is down): their next owner's
+    /// reconcile finds the pods bound and marks them.
+    pub unmarked: BTreeSet<ShardId>,
+}
+
+/// Commit-then-bind: the pods just bound, each with its node's shard, grouped by the owner
+/// that marks them bound and the epoch it marks them at (`owner_of`; `None` when nobody can
+/// mark that shard's pods now).
+pub fn marks_by_owner<O: Copy>(
+    bound: impl IntoIterator<Item = (ShardId, ObjectKey)>,
+    owner_of: impl Fn(ShardId) -> Option<(O, Epoch)>,
+) -> Marks<O> {
+    let mut marks = Marks {
+        by_fence: BTreeMap::new(),
+        unmarked: BTreeSet::new(),
+    };
+    for (shard, pod) in bound {
+        match owner_of(shard) {
+            Some((owner, epoch)) => marks
+                .by_fence
+                .entry(Fence { shard, epoch })
+                .or_insert_with(|| (owner, Vec::new()))
+                .1
+                .push(pod),
+            None => {
+                marks.unmarked.insert(shard);
+            }
+        }
+    }
+    marks
+}

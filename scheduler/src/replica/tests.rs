@@ -1,0 +1,361 @@
+//! The engine driven with inputs, its outputs asserted: two replicas in one test world
+//! (no threads, no sockets), the ledger's real `apply`, messages between the replicas
+//! delivered in order by the world.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use phalanx_statestore::ledger::{
+    Epoch, PlacementState, ReplicaId, ShardId, TxnDecision, TxnId, check_all,
+};
+use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, ResourceVec};
+
+use super::pump::{PumpDriver, PumpStopped, Work, pump};
+use super::routing::{marks_by_owner, start_txn};
+use crate::cluster::ClusterSnapshot;
+use crate::coord::service::CoordMessage;
+use crate::coord::{
+    CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
+    ParticipantConfig, ParticipantEvent, TxnOutcome,
+};
+use crate::framework::testing::Cluster;
+use crate::framework::{GangPlacement, Placement, SchedulerConf};
+use crate::ledger::sharded::Fence;
+use crate::model::{ObjectKey, Resources};
+use crate::simulate::pool_pick::PoolView;
+
+const GPU: &str = "nvidia.com/gpu";
+
+/// Which ledger answers the world replaces with one of the wrong kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WrongAnswer {
+    None,
+    /// A `TxnReserve` answered `Applied` (a reserve is answered with its gang's outcome).
+    ToReserve,
+}
+
+#[derive(Default)]
+struct Machines {
+    coords: BTreeMap<ShardId, Coordinator>,
+    parts: BTreeMap<ShardId, Participant>,
+}
+
+/// Replica 1 owns shard 0 (nodes a1, a2), replica 2 owns shard 1 (node b1); every node has
+/// 4 GPUs, and gang `default/g` has two pending pods of 2 GPUs.
+struct World {
+    ledger: LedgerState,
+    replicas: BTreeMap<ReplicaId, Machines>,
+    snapshot: ClusterSnapshot,
+    wrong: WrongAnswer,
+    /// Every proposal, with its proposer, in order.
+    proposals: Vec<(ReplicaId, LedgerCommand)>,
+    /// Every message between two replicas: (from, to, kind).
+    sent: Vec<(ReplicaId, ReplicaId, &'static str)>,
+    local: usize,
+    binds: Vec<(ReplicaId, TxnId, Vec<PodPlacement>)>,
+    reports: Vec<(ReplicaId, TxnOutcome, String)>,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut w = Self {
+            ledger: LedgerState::new(),
+            replicas: BTreeMap::new(),
+            snapshot: Cluster::new()
+                .node("a1", &[(GPU, 4)])
+                .node("a2", &[(GPU, 4)])
+                .node("b1", &[(GPU, 4)])
+                .inqueue_group("g", "default", 2)
+                .pod("g-0", Some("g"), &[(GPU, 2)])
+                .pod("g-1", Some("g"), &[(GPU, 2)])
+                .build(),
+            wrong: WrongAnswer::None,
+            proposals: Vec::new(),
+            sent: Vec::new(),
+            local: 0,
+            binds: Vec::new(),
+            reports: Vec::new(),
+        };
+        for (node, shard) in [("a1", 0), ("a2", 0), ("b1", 1)] {
+            w.apply(LedgerCommand::UpsertNode {
+                node: node.into(),
+                allocatable: ResourceVec::from_pairs([(GPU, 4)]),
+                shard,
+            });
+        }
+        for (shard, owner) in [(0, 1), (1, 2)] {
+            w.apply(LedgerCommand::AssignShard {
+                shard,
+                owner,
+                epoch: 1,
+                proposer: None,
+            });
+            let m = w.replicas.entry(owner).or_default();
+            m.coords
+                .insert(shard, Coordinator::new(shard, 1, CoordConfig::default()));
+            m.parts.insert(
+                shard,
+                Participant::new(shard, 1, ParticipantConfig::default()),
+            );
+        }
+        w
+    }
+
+    fn apply(&mut self, cmd: LedgerCommand) -> LedgerResponse {
+        let r = phalanx_statestore::apply(&mut self.ledger, &cmd);
+        assert!(check_all(&self.ledger).is_empty(), "after {cmd:?}");
+        r
+    }
+
+    /// Gang `default/g` planned with one pod on a1 (shard 0) and one on b1 (shard 1),
+    /// started at replica 1's coordinator of its home shard 0.
+    fn start_cross_shard_gang(&mut self) -> VecDeque<Work> {
+        let gang = GangPlacement {
+            gang: ObjectKey::new("default", "g"),
+            placements: [("g-0", "a1"), ("g-1", "b1")]
+                .into_iter()
+                .map(|(pod, node)| Placement {
+                    pod: ObjectKey::new("default", pod),
+                    node: node.into(),
+                    resources: crate::framework::testing::res(&[(GPU, 2)]),
+                })
+                .collect(),
+        };
+        let pool_of = |n: &str| self.ledger.nodes.get(n).map(|r| r.shard);
+        let start = start_txn((0, 1), 1, &gang, pool_of, 0, 10_000).expect("known nodes");
+        VecDeque::from([Work::ToCoord {
+            to: 1,
+            shard: 0,
+            epoch: 1,
+            event: CoordEvent::Start(start),
+        }])
+    }
+
+    fn proposed(&self) -> Vec<(ReplicaId, &'static str)> {
+        self.proposals
+            .iter()
+            .map(|(by, c)| {
+                let kind = match c {
+                    LedgerCommand::TxnBegin { .. } => "TxnBegin",
+                    LedgerCommand::TxnReserve { .. } => "TxnReserve",
+                    LedgerCommand::TxnDecide {
+                        decision: TxnDecision::Commit,
+                        ..
+                    } => "TxnDecide(commit)",
+                    LedgerCommand::TxnDecide { .. } => "TxnDecide(abort)",
+                    _ => "other",
+                };
+                (*by, kind)
+            })
+            .collect()
+    }
+}
+
+impl PumpDriver for World {
+    fn step_coordinator(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: CoordEvent,
+    ) -> Option<Vec<CoordCommand>> {
+        let c = self.replicas.get_mut(&to)?.coords.get_mut(&shard)?;
+        (c.epoch() == epoch).then(|| c.step(event))
+    }
+
+    fn step_participant(
+        &mut self,
+        to: ReplicaId,
+        shard: ShardId,
+        epoch: Epoch,
+        event: ParticipantEvent,
+    ) -> Option<Vec<ParticipantCommand>> {
+        let p = self.replicas.get_mut(&to)?.parts.get_mut(&shard)?;
+        (p.epoch() == epoch).then(|| p.step(event))
+    }
+
+    fn runs(&self, id: ReplicaId) -> bool {
+        self.replicas.contains_key(&id)
+    }
+
+    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
+        self.proposals.push((by, cmd.clone()));
+        if self.wrong == WrongAnswer::ToReserve && matches!(cmd, LedgerCommand::TxnReserve { .. }) {
+            return Some(LedgerResponse::Applied);
+        }
+        Some(self.apply(cmd))
+    }
+
+    fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
+        self.ledger.shards.get(&shard).map(|o| (o.owner, o.epoch))
+    }
+
+    fn send(&mut self, from: ReplicaId, to: ReplicaId, m: CoordMessage, work: &mut VecDeque<Work>) {
+        let kind = match &m {
+            CoordMessage::Prepare { .. } => "Prepare",
+            CoordMessage::Reply { .. } => "Reply",
+            CoordMessage::Decide { .. } => "Decide",
+        };
+        self.sent.push((from, to, kind));
+        work.push_back(Work::delivered(to, m.into_delivery()));
+    }
+
+    fn sent_locally(&mut self) {
+        self.local += 1;
+    }
+
+    fn open_view(&mut self) -> Result<PoolView, String> {
+        let pools = self
+            .ledger
+            .nodes
+            .iter()
+            .map(|(n, r)| (n.clone(), r.shard))
+            .collect();
+        Ok(PoolView::open(
+            &self.snapshot,
+            &SchedulerConf::volcano_default(),
+            crate::model::DEFAULT_SCHEDULER_NAME,
+            &pools,
+            &self.ledger,
+        ))
+    }
+
+    fn bind(&mut self, by: ReplicaId, txn: &TxnId, _gang: &str, pods: &[PodPlacement]) {
+        self.binds.push((by, txn.clone(), pods.to_vec()));
+    }
+
+    fn report(&mut self, by: ReplicaId, _txn: TxnId, outcome: TxnOutcome, reason: String) {
+        self.reports.push((by, outcome, reason));
+    }
+}
+
+fn states(w: &World) -> Vec<(String, PlacementState)> {
+    w.ledger
+        .placements
+        .iter()
+        .map(|(k, p)| (k.clone(), p.state.clone()))
+        .collect()
+}
+
+#[test]
+fn a_cross_shard_gang_is_begun_prepared_reserved_committed_and_bound_through_the_pump() {
+    let mut w = World::new();
+    let work = w.start_cross_shard_gang();
+    pump(&mut w, work, 1_000).expect("finishes");
+    // Shard 0's participant is on the coordinator's replica, shard 1's on replica 2.
+    let proposed = w.proposed();
+    assert_eq!(proposed[0], (1, "TxnBegin"));
+    assert!(proposed.contains(&(1, "TxnReserve")), "{proposed:?}");
+    assert!(proposed.contains(&(2, "TxnReserve")), "{proposed:?}");
+    assert_eq!(proposed.last(), Some(&(1, "TxnDecide(commit)")));
+    assert_eq!(
+        w.sent,
+        vec![(1, 2, "Prepare"), (2, 1, "Reply"), (1, 2, "Decide")]
+    );
+    assert!(w.local >= 2, "shard 0's prepare and reply stay in process");
+    assert_eq!(w.binds.len(), 1, "{:?}", w.binds);
+    let (by, _, pods) = &w.binds[0];
+    let mut bound: Vec<(&str, &str)> = pods
+        .iter()
+        .map(|p| (p.pod.as_str(), p.node.as_str()))
+        .collect();
+    bound.sort();
+    assert_eq!(*by, 1, "the coordinator's replica binds");
+    assert_eq!(bound, vec![("default/g-0", "a1"), ("default/g-1", "b1")]);
+    assert!(
+        matches!(w.reports.as_slice(), [(1, TxnOutcome::Committed, _)]),
+        "{:?}",
+        w.reports
+    );
+    // Committed, not yet bound in the ledger: the driver's bind marks them.
+    assert!(
+        states(&w)
+            .iter()
+            .all(|(_, s)| *s == PlacementState::Assumed),
+        "{:?}",
+        states(&w)
+    );
+}
+
+#[test]
+fn a_reserve_answered_with_the_wrong_kind_of_response_is_a_refusal_and_the_gang_aborts() {
+    let mut w = World::new();
+    w.wrong = WrongAnswer::ToReserve;
+    let work = w.start_cross_shard_gang();
+    pump(&mut w, work, 1_000).expect("finishes");
+    assert!(w.binds.is_empty(), "nothing bound: {:?}", w.binds);
+    assert!(
+        w.proposed().contains(&(1, "TxnDecide(abort)")),
+        "{:?}",
+        w.proposed()
+    );
+    match w.reports.as_slice() {
+        [(1, TxnOutcome::Aborted, reason)] => {
+            assert!(reason.contains("TxnReserve"), "names the command: {reason}")
+        }
+        other => panic!("expected one abort, got {other:?}"),
+    }
+    assert!(w.ledger.placements.is_empty(), "{:?}", states(&w));
+}
+
+#[test]
+fn the_commands_of_a_replica_that_stopped_are_dropped() {
+    let mut w = World::new();
+    w.replicas.remove(&2);
+    let work = w.start_cross_shard_gang();
+    pump(&mut w, work, 1_000).expect("finishes");
+    assert!(w.proposed().iter().all(|(by, _)| *by == 1));
+    assert_eq!(w.sent, vec![(1, 2, "Prepare")], "sent, never answered");
+    assert!(w.binds.is_empty() && w.reports.is_empty());
+}
+
+#[test]
+fn a_pump_past_its_bound_stops_and_says_how_much_is_left() {
+    let mut w = World::new();
+    let work = w.start_cross_shard_gang();
+    let stopped = pump(&mut w, work, 3).expect_err("three steps are too few");
+    assert_eq!(stopped.steps, 3);
+    assert!(stopped.left >= 1, "{stopped:?}");
+    assert_eq!(
+        PumpStopped { steps: 3, left: 2 }.to_string(),
+        "the 2PC pump stopped after 3 steps (2 left)"
+    );
+}
+
+#[test]
+fn a_gang_on_a_node_of_no_known_pool_is_not_started_and_the_node_is_named() {
+    let gang = GangPlacement {
+        gang: ObjectKey::new("default", "g"),
+        placements: vec![Placement {
+            pod: ObjectKey::new("default", "g-0"),
+            node: "zz".into(),
+            resources: Resources::default(),
+        }],
+    };
+    assert_eq!(
+        start_txn((0, 1), 1, &gang, |_| None, 0, 10).map(|s| s.txn),
+        Err("zz".to_string())
+    );
+}
+
+#[test]
+fn bound_pods_are_marked_by_their_shards_owner_at_its_epoch_and_ownerless_ones_left_over() {
+    let pod = |n: &str| ObjectKey::new("ns", n);
+    let owners: BTreeMap<ShardId, (ReplicaId, Epoch)> = BTreeMap::from([(0, (1, 4)), (2, (3, 7))]);
+    let marks = marks_by_owner(
+        [(2, pod("c")), (0, pod("a")), (1, pod("x")), (0, pod("b"))],
+        |s| owners.get(&s).copied(),
+    );
+    let got: Vec<(Fence, ReplicaId, Vec<ObjectKey>)> = marks
+        .by_fence
+        .into_iter()
+        .map(|(f, (o, p))| (f, o, p))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Fence { shard: 0, epoch: 4 }, 1, vec![pod("a"), pod("b")]),
+            (Fence { shard: 2, epoch: 7 }, 3, vec![pod("c")]),
+        ]
+    );
+    assert_eq!(marks.unmarked.into_iter().collect::<Vec<_>>(), vec![1]);
+}
