@@ -66,13 +66,17 @@ pub const ALL_KINDS: [FaultKind; 14] = [
     FaultKind::HostileObjects,
 ];
 
-/// The kinds of `--matrix ci`: the eight it ran before the link, power-loss and hostile
-/// faults came. Those are in `--matrix full` and the soak only, until a live run of them
-/// passes here (the first one did not: chaos/README.md, "Found so far").
-pub const CI_KINDS: [FaultKind; 8] = [
+/// The kinds of `--matrix ci`: the pid and API-server faults and `follower-power-loss`
+/// (11 cases passed in 1m42 with debug binaries, seed 1). The link faults and
+/// `hostile-objects` are in `--matrix full` and the soak only: a run with a link fault
+/// puts the link proxies between the replicas for every case, and the one such run on an
+/// unloaded enough machine has not been had yet (chaos/README.md, "Found so far"); the
+/// 10,000-pod gang takes minutes.
+pub const CI_KINDS: [FaultKind; 9] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,
     FaultKind::FollowerKill,
+    FaultKind::FollowerPowerLoss,
     FaultKind::LeaderPause,
     FaultKind::OwnerPause,
     FaultKind::ApiLatency,

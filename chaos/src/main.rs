@@ -28,8 +28,8 @@ use crate::report::Case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
-    /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults) `--per-kind`
-    /// times (2 by default): about 1.5 minutes.
+    /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults and
+    /// follower-power-loss) `--per-kind` times (2 by default): about 1m45 with debug binaries.
     Ci,
     /// Every fault kind `--per-kind` times.
     Full,
