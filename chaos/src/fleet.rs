@@ -9,7 +9,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::links::{self, Links};
 
 /// How the replicas run.
 #[derive(Debug, Clone)]
@@ -36,8 +39,15 @@ pub struct Replica {
 #[derive(Debug)]
 pub struct Fleet {
     pub config: FleetConfig,
+    /// Where each replica listens (Raft and ledger service; the CoordinatorService).
     pub raft: BTreeMap<u64, String>,
     coord: BTreeMap<u64, String>,
+    /// What the replicas are given as `--peers` and `--coord-peers`: the link proxies in
+    /// front of those listeners (`src/links.rs`), or the listeners themselves.
+    raft_via: BTreeMap<u64, String>,
+    coord_via: BTreeMap<u64, String>,
+    /// The link proxies' faults and pid map, when the replicas talk through them.
+    pub links: Option<Arc<Links>>,
     pub replicas: Vec<Replica>,
     /// Where make-certs.sh put the CA and every replica's certificate.
     tls_dir: PathBuf,
@@ -177,6 +187,16 @@ impl Drop for Replica {
     }
 }
 
+/// A replica that ended by itself (a crash), and its exit status in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exited(pub u64, pub String);
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "replica {} exited by itself: {}", self.0, self.1)
+    }
+}
+
 /// What /metrics says about leadership and shards.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
@@ -202,9 +222,29 @@ pub fn parse_view(metrics: &str) -> View {
     v
 }
 
+/// A link proxy on `rt` in front of each of `listeners` (replica -> address).
+fn proxies(
+    rt: &tokio::runtime::Handle,
+    links: &Arc<Links>,
+    listeners: &BTreeMap<u64, String>,
+) -> anyhow::Result<BTreeMap<u64, String>> {
+    listeners
+        .iter()
+        .map(|(id, addr)| {
+            let proxy = rt.block_on(links::start(links.clone(), *id, addr.parse()?))?;
+            Ok((*id, proxy.to_string()))
+        })
+        .collect()
+}
+
 impl Fleet {
-    /// Starts replicas 1..=n.
-    pub fn start(config: FleetConfig, n: u64) -> anyhow::Result<Self> {
+    /// Starts replicas 1..=n; with `links`, every replica reaches the others' Raft and
+    /// coordinator listeners through link proxies run on that runtime.
+    pub fn start(
+        config: FleetConfig,
+        n: u64,
+        links: Option<(&tokio::runtime::Handle, Arc<Links>)>,
+    ) -> anyhow::Result<Self> {
         let tls_dir = config.dir.join("tls");
         make_certs(&tls_dir, n)?;
         let mut raft = BTreeMap::new();
@@ -213,10 +253,17 @@ impl Fleet {
             raft.insert(id, format!("127.0.0.1:{}", free_port()?));
             coord.insert(id, format!("127.0.0.1:{}", free_port()?));
         }
+        let (raft_via, coord_via) = match &links {
+            Some((rt, l)) => (proxies(rt, l, &raft)?, proxies(rt, l, &coord)?),
+            None => (raft.clone(), coord.clone()),
+        };
         let mut fleet = Self {
             config,
             raft,
             coord,
+            raft_via,
+            coord_via,
+            links: links.map(|(_, l)| l),
             replicas: Vec::new(),
             tls_dir,
         };
@@ -267,7 +314,7 @@ impl Fleet {
                 "--listen",
                 &self.raft[&id],
             ])
-            .args(["--peers", &peers(&self.raft)])
+            .args(["--peers", &peers(&self.raft_via)])
             .arg("--data-dir")
             .arg(self.data_dir(id))
             .args(["--http", &r.http.to_string()])
@@ -278,13 +325,16 @@ impl Fleet {
             .args(["--shard-lease-ms", &c.lease_ms.to_string()])
             .args(["--lease-namespace", &c.namespace])
             .args(["--coord-listen", &self.coord[&id]])
-            .args(["--coord-peers", &peers(&self.coord)])
+            .args(["--coord-peers", &peers(&self.coord_via)])
             .args(self.tls_flags(id))
             .env("PHALANX_LOG", "info,openraft=error")
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {} serve: {e}", c.binary.display()))?;
+        if let Some(l) = &self.links {
+            l.set_pid(id, child.id());
+        }
         let r = self.replica(id)?;
         r.child = Some(child);
         r.paused = false;
@@ -342,6 +392,17 @@ impl Fleet {
         let complete =
             (0..self.config.shards).all(|s| owners.get(&s).is_some_and(|o| o.len() == 1));
         complete.then(|| owners.into_iter().map(|(s, o)| (s, o[0])).collect())
+    }
+
+    /// Replicas whose process ended without the harness killing it, each with how.
+    pub fn exited_by_themselves(&mut self) -> Vec<Exited> {
+        self.replicas
+            .iter_mut()
+            .filter_map(|r| {
+                let status = r.child.as_mut()?.try_wait().ok()??;
+                Some(Exited(r.id, status.to_string()))
+            })
+            .collect()
     }
 
     pub fn all_ready(&self) -> bool {

@@ -7,6 +7,8 @@ mod check;
 mod faults;
 mod fleet;
 mod history;
+mod hostile;
+mod links;
 mod proxy;
 mod recorder;
 mod report;
@@ -26,8 +28,11 @@ use crate::report::Case;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
-    /// Every fault kind `--per-kind` times (2 by default): about 2 minutes.
+    /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults and
+    /// follower-power-loss) `--per-kind` times (2 by default): about 1m45 with debug binaries.
     Ci,
+    /// Every fault kind `--per-kind` times.
+    Full,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -108,6 +113,13 @@ struct Cli {
     /// proxy (then the api-latency, api-errors and watch-cut faults cannot be injected).
     #[arg(long)]
     direct_api: bool,
+    /// Let the replicas reach each other's Raft and coordinator listeners directly instead
+    /// of through the harness's link proxies (then the link faults cannot be injected).
+    #[arg(long)]
+    direct_links: bool,
+    /// Pods of the wide gang the `hostile-objects` fault creates.
+    #[arg(long, default_value_t = 10_000)]
+    hostile_wide_pods: u32,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -238,10 +250,10 @@ fn print_cases(cases: &[Case], repro: &str, history: &Path, seed: u64) -> bool {
 }
 
 fn kinds_of(cli: &Cli) -> Vec<FaultKind> {
-    if cli.faults.is_empty() {
-        faults::ALL_KINDS.to_vec()
-    } else {
-        cli.faults.clone()
+    match (cli.faults.is_empty(), cli.matrix) {
+        (false, _) => cli.faults.clone(),
+        (true, Some(Matrix::Ci)) => faults::CI_KINDS.to_vec(),
+        (true, _) => faults::ALL_KINDS.to_vec(),
     }
 }
 
@@ -315,6 +327,14 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             k.name()
         );
     }
+    if cli.direct_links
+        && let Some(k) = kinds.iter().find(|k| k.through_links())
+    {
+        anyhow::bail!(
+            "--direct-links: fault {} goes through the link proxies; leave it out with --faults",
+            k.name()
+        );
+    }
     let (schedule, until) = match cli.soak {
         Some(d) => (
             faults::schedule(cli.seed, &kinds, 100_000, cli.lease_ms),
@@ -343,6 +363,9 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
         interval_ms: cli.interval_ms,
         max_in_flight: cli.max_in_flight,
         api_proxy: !cli.direct_api,
+        // Only a run with a link fault puts the proxies between the replicas.
+        link_proxies: !cli.direct_links && kinds.iter().any(|k| k.through_links()),
+        hostile_wide_pods: cli.hostile_wide_pods,
     };
     let history_path = out.join("history.jsonl");
     let o = run::run(&config, &history_path, &workspace().join("deploy/crds"))?;
@@ -374,6 +397,11 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
             ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms)),
+            ("replica links".into(), if cli.direct_links || !kinds.iter().any(|k| k.through_links()) {
+                "direct (no link fault in this run, or --direct-links)".into()
+            } else {
+                "each replica's Raft and coordinator listener behind a TCP byte proxy of the harness (chaos/src/links.rs), TLS passed through; faults per directed link, the dialler told by its socket's owner in /proc".into()
+            }),
             ("API server as the replicas see it".into(), if cli.direct_api {
                 "kube-apiserver itself (--direct-api)".into()
             } else {

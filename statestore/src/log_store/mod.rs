@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, StorageIOError};
 
-pub use log_file::{COMPACT_MIN_BYTES, LOG_FILE_NAME, LogFile};
+pub use log_file::{COMPACT_MIN_BYTES, LOG_FILE_NAME, LogFile, synced_len};
 use record::Record;
 pub use replay::{CorruptLog, FrameDamage, ReplayError, SCAN_BUDGET_BYTES};
 
