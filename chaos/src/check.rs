@@ -129,12 +129,13 @@ pub fn check_bound_once(history: &[Record]) -> Vec<Violation> {
 /// I2: no gang has between 1 and minMember-1 of its pods bound for longer than `round_ms`
 /// (a pod counts from its first bind on, so pods that finish or are deleted do not make
 /// a whole gang look partial). A gang still partial at the end of the history counts up
-/// to the last record.
+/// to the last record; a deleted one up to its deletion.
 pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
     let mut mins: BTreeMap<&str, i64> = BTreeMap::new();
     let mut bound: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     // Gang -> (partial since, most pods bound while partial).
     let mut partial_since: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    let mut gone_groups: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::new();
     let mut judge = |group: &str, since: u64, until: u64, n: usize, min: i64| {
         if until.saturating_sub(since) > round_ms {
@@ -151,17 +152,32 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
     for r in history {
         let (group, pod) = match &r.event {
             Event::Group {
-                group, min_member, ..
+                group,
+                min_member,
+                deleted,
+                ..
             } => {
                 mins.insert(group, *min_member);
-                (group.as_str(), None)
+                // A deleted gang is over: whatever the race between the deletion of its
+                // pods and the binds in flight left bound is judged up to here, and not
+                // as a half-placed gang until the end of the history (nor are the
+                // deletions of its pods that follow).
+                if *deleted {
+                    gone_groups.insert(group.as_str());
+                    if let Some((since, most)) = partial_since.remove(group.as_str()) {
+                        judge(group, since, r.t_ms, most, *min_member);
+                    }
+                } else {
+                    gone_groups.remove(group.as_str());
+                }
+                continue;
             }
             Event::Pod {
                 pod,
                 node: Some(_),
                 group: Some(g),
                 ..
-            } => (g.as_str(), Some(pod.as_str())),
+            } if !gone_groups.contains(g.as_str()) => (g.as_str(), Some(pod.as_str())),
             _ => continue,
         };
         let set = bound.entry(group).or_default();

@@ -181,6 +181,34 @@ fn i2_catches_a_gang_still_half_bound_when_the_history_ends() {
     assert!(v[0].what.contains("1 of minMember 2"), "{}", v[0].what);
 }
 
+/// The chaos ci run of 2026-12-02 (leader-pause, seed 1): the workload deleted a 4-pod
+/// gang while its binds were in flight; one pod got bound 1 ms after its three siblings
+/// were deleted, and the whole gang was gone 73 ms later. I2 counted that pod as a
+/// half-placed gang until the end of the history (30.8 s). Judged up to the deletion it
+/// is within a round; a gang left partial past a round before its deletion still fails.
+#[test]
+fn i2_judges_a_deleted_gang_up_to_its_deletion() {
+    let mut gone = group(2000, "g", 4, 0);
+    if let Event::Group { deleted, .. } = &mut gone.event {
+        *deleted = true;
+    }
+    let h = |deleted_at: u64| {
+        let mut gone = gone.clone();
+        gone.t_ms = deleted_at;
+        vec![
+            group(1, "g", 4, 0),
+            deleted(1900, "a", "g", None, 1),
+            pod(1901, "d", "g", Some("n1"), 1, "Running"),
+            gone,
+            node(40_000, "n1", 8),
+        ]
+    };
+    assert_eq!(check_i2(&h(1974), 3000), vec![]);
+    let v = check_i2(&h(9000), 3000);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].what.contains("bound for 7099 ms"), "{}", v[0].what);
+}
+
 #[test]
 fn i3_catches_lost_leaked_and_undecided_placements() {
     let api: BTreeMap<String, Option<String>> = [
