@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
 use crate::ledger::LedgerCommand;
-use crate::raft_types::{LedgerBatch, Raft};
+use crate::raft_types::{EncodedBatch, LedgerBatch, Raft};
 use crate::state_machine::LedgerReader;
 
 /// Milliseconds on the clock transactions' `deadline_ms` are written in.
@@ -53,7 +53,14 @@ pub fn spawn_expiry_loop(
                 continue;
             }
             let cmd = LedgerCommand::ExpireAt { now_ms };
-            match raft.client_write(LedgerBatch::one(cmd)).await {
+            let entry = match EncodedBatch::encode(&LedgerBatch::one(cmd)) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::error!(error = %e, "an ExpireAt command does not encode");
+                    continue;
+                }
+            };
+            match raft.client_write(entry).await {
                 Ok(r) => {
                     // A refusal here is this replica's clock behind the ledger's or far
                     // ahead of it (see `MAX_CLOCK_STEP_MS`): worth an operator's look.

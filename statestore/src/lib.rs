@@ -27,7 +27,7 @@ pub use ledger::{
 pub use mirror::{LedgerMirror, RefreshStats};
 pub use network::NetworkFaults;
 pub use network::wire::ledger_read::LedgerRead;
-pub use raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH};
+pub use raft_types::{BatchResponse, EncodedBatch, LedgerBatch, MAX_COMMANDS_PER_BATCH};
 pub use replica::{
     ReplicaConfig, ReplicaError, ReplicaHandle, start_replica, start_replica_over,
     start_replica_with, start_replica_with_clock,

@@ -23,7 +23,9 @@ use crate::network::{
     FaultInjector, FaultStats, LedgerGrpc, MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES, NetworkFaults,
     PeerNetwork, RaftGrpc,
 };
-use crate::raft_types::{BatchResponse, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
+use crate::raft_types::{
+    BatchResponse, EncodedBatch, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft,
+};
 use crate::state_machine::{LedgerReader, LedgerStateMachine};
 use crate::tls::Transport;
 
@@ -363,15 +365,15 @@ impl ReplicaHandle {
                 batch.commands.len()
             )));
         }
-        let size = serde_json::to_vec(&batch)
-            .map_err(|e| ReplicaError::TooLarge(format!("unserializable batch: {e}")))?
-            .len();
-        if size > MAX_PROPOSAL_BYTES {
+        let entry = EncodedBatch::encode(&batch)
+            .map_err(|e| ReplicaError::TooLarge(format!("unserializable batch: {e}")))?;
+        if entry.len() > MAX_PROPOSAL_BYTES {
             return Err(ReplicaError::TooLarge(format!(
-                "{size} bytes, limit {MAX_PROPOSAL_BYTES}"
+                "{} bytes, limit {MAX_PROPOSAL_BYTES}",
+                entry.len()
             )));
         }
-        match self.raft.client_write(batch).await {
+        match self.raft.client_write(entry).await {
             Ok(r) => Ok((r.data, r.log_id.index)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fw))) => {
                 Err(ReplicaError::NotLeader {

@@ -29,10 +29,11 @@ pub const MAX_TXN_ID_BYTES: usize = 256;
 pub const MAX_QUANTITY: i64 = 1 << 53;
 /// Largest cpu/memory overcommit ratio (Volcano's default factor is 1.2).
 pub const MAX_OVERCOMMIT_RATIO: u64 = 100;
-/// Most serialized bytes of one entry's commands. The ledger service refuses proposals
-/// over `network::MAX_PROPOSAL_BYTES` (2 MiB); apply allows twice that, so a
-/// re-encoding that spells a proposal differently is never refused here, while an entry
-/// that bypassed the service (appended by a compromised leader) still is.
+/// Most bytes of one entry's encoded batch. The ledger service refuses proposals over
+/// `network::MAX_PROPOSAL_BYTES` (2 MiB) and appends what it received, so apply's bound
+/// only refuses an entry that bypassed the service (appended by a compromised leader); it
+/// is twice the service's, so that one can be lowered without refusing entries already in
+/// a log.
 pub const MAX_ENTRY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Shows at most 64 characters of a hostile value, with its length.
@@ -154,33 +155,4 @@ pub fn check_overcommit(f: OvercommitFactor) -> Result<(), Refusal> {
         });
     }
     Ok(())
-}
-
-/// Counts bytes written, failing once past a limit (so a huge entry is not encoded whole).
-struct ByteBudget {
-    used: usize,
-    limit: usize,
-}
-
-impl std::io::Write for ByteBudget {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.used = self.used.saturating_add(buf.len());
-        if self.used > self.limit {
-            return Err(std::io::Error::other("over the byte budget"));
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `Err(bytes counted so far)` when `v` serializes to more than `limit` bytes.
-pub fn check_encoded_len<T: serde::Serialize>(v: &T, limit: usize) -> Result<(), usize> {
-    let mut budget = ByteBudget { used: 0, limit };
-    match serde_json::to_writer(&mut budget, v) {
-        Ok(()) => Ok(()),
-        Err(_) => Err(budget.used),
-    }
 }

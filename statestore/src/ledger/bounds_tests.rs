@@ -5,7 +5,8 @@ use super::bounds::{MAX_ENTRY_BYTES, MAX_QUANTITY, MAX_RESOURCES};
 use super::command::{MAX_CLOCK_MS, MAX_GANGS_PER_COMMAND, MAX_PODS_PER_COMMAND};
 use super::*;
 use crate::raft_types::MAX_COMMANDS_PER_BATCH;
-use crate::state_machine::apply_batch;
+use crate::raft_types::{EncodedBatch, LedgerBatch};
+use crate::state_machine::apply_entry;
 
 fn gpus(n: i64) -> ResourceVec {
     ResourceVec::from_pairs([("nvidia.com/gpu", n)])
@@ -247,20 +248,50 @@ fn gangs_pods_and_commands_over_their_bounds_are_refused_whole() {
     ));
 }
 
-/// `apply_batch`, asserting one refusal for the whole batch and the state unchanged.
+/// The commands applied as one entry, asserting one refusal for the whole batch and the
+/// state unchanged.
 #[track_caller]
 fn batch_refusal(commands: &[LedgerCommand]) -> Refusal {
+    let batch = LedgerBatch {
+        commands: commands.to_vec(),
+    };
+    entry_refusal(&EncodedBatch::encode(&batch).expect("encodes"))
+}
+
+/// `apply_entry`, asserting one refusal for the whole entry and the state unchanged.
+#[track_caller]
+fn entry_refusal(entry: &EncodedBatch) -> Refusal {
     let mut s = ledger();
     let before = s.clone();
-    let r = apply_batch(
+    let r = apply_entry(
         &mut s,
-        commands,
+        entry,
         &ApplyContext::IN_PROCESS,
         &mut Changes::off(),
     );
     assert_eq!(s, before, "a refused batch changed the state");
     assert_eq!(r.responses.len(), 1, "{r:?}");
     r.responses[0].refusal().cloned().expect("refused")
+}
+
+/// An entry appended by a faulty or hostile leader whose bytes are no batch, or a batch
+/// with bytes after it: refused whole, naming its size, on every replica alike.
+#[test]
+fn an_entry_whose_bytes_encode_no_batch_is_refused_whole_naming_its_size() {
+    let garbage = EncodedBatch::from_encoded(vec![0xff; 10]);
+    let mut trailing = postcard::to_stdvec(&LedgerBatch::one(LedgerCommand::RemoveNode {
+        node: "node-1".into(),
+    }))
+    .unwrap();
+    trailing.push(0);
+    for entry in [garbage, EncodedBatch::from_encoded(trailing)] {
+        let r = entry_refusal(&entry);
+        assert!(
+            matches!(r, Refusal::UndecodableEntry { bytes, .. } if bytes == entry.len()),
+            "{r}"
+        );
+        assert!(r.to_string().contains("encodes no ledger batch"), "{r}");
+    }
 }
 
 #[test]

@@ -230,6 +230,15 @@ pub enum Refusal {
         /// The limit.
         limit: usize,
     },
+    /// A Raft entry whose bytes encode no batch (appended by a faulty or hostile leader:
+    /// the ledger service only proposes batches it decoded).
+    #[error("an entry of {bytes} bytes encodes no ledger batch: {reason}")]
+    UndecodableEntry {
+        /// The entry's length.
+        bytes: usize,
+        /// What the decoder found.
+        reason: String,
+    },
     /// Arithmetic would overflow.
     #[error("node {node}: {resource} quantity overflows")]
     Overflow {

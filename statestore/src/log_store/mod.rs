@@ -2,6 +2,7 @@
 //! that is fsynced before each append, vote, truncate or purge is acknowledged.
 //! Why not sled for the log: `docs/adr/0002-raft-log-durability.md`.
 
+pub mod legacy;
 mod log_file;
 // Public for the codec measurement in phalanx-bench (`codec`).
 pub mod record;

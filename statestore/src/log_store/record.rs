@@ -3,21 +3,28 @@
 //! Frame: `len: u32 LE | crc32(payload): u32 LE | payload`, with the checksum
 //! CRC-32/IEEE (`crc32fast`; the same function the hand-written table computed). The
 //! payload's first byte names its format (docs/adr/0003-binary-log-and-wire-codec.md):
-//! `FORMAT_POSTCARD` then the record in postcard, which is what is written; or `{`, the
-//! whole payload a JSON record as files written before the switch hold, which is still
-//! read. How a file is replayed, and when a damaged frame is a torn tail rather than
+//! `FORMAT_POSTCARD_ENCODED_BATCH` then the record in postcard, an entry's batch as the
+//! bytes it was proposed in, which is what is written. Older files hold
+//! `FORMAT_POSTCARD_STRUCTURED` records (the batch serialized as a structure) or JSON
+//! records (the whole payload an object, `{`); both are still read, through
+//! `legacy.rs`. How a file is replayed, and when a damaged frame is a torn tail rather than
 //! corruption: `replay.rs`.
 
 use serde::{Deserialize, Serialize};
 
+use super::legacy::LegacyRecord;
 use crate::raft_types::{Entry, LogId, Vote};
 
 /// Largest frame accepted on replay (a bound against reading garbage as a length).
 pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 /// `len` and `crc32`, 4 bytes each.
 pub const HEADER_BYTES: usize = 8;
-/// First payload byte of a record written in postcard (every record written today).
-pub const FORMAT_POSTCARD: u8 = 0x01;
+/// First payload byte of a record written in postcard whose entry holds its batch as
+/// bytes (every record written today).
+pub const FORMAT_POSTCARD_ENCODED_BATCH: u8 = 0x02;
+/// First payload byte of a record written in postcard with the batch as a structure
+/// (older files).
+pub const FORMAT_POSTCARD_STRUCTURED: u8 = 0x01;
 /// First payload byte of a record written in JSON (older files): the object's `{`.
 pub const FORMAT_LEGACY_JSON: u8 = b'{';
 
@@ -70,7 +77,8 @@ pub enum DecodeError {
     TrailingBytes(usize),
     /// The format byte is none this build knows (a newer build wrote it, or a bug).
     #[error(
-        "unknown record format byte {0:#04x} (known: {FORMAT_POSTCARD:#04x} postcard, \
+        "unknown record format byte {0:#04x} (known: {FORMAT_POSTCARD_ENCODED_BATCH:#04x} \
+         postcard, {FORMAT_POSTCARD_STRUCTURED:#04x} older postcard, \
          {FORMAT_LEGACY_JSON:#04x} JSON)"
     )]
     UnknownFormat(u8),
@@ -78,16 +86,26 @@ pub enum DecodeError {
 
 /// Encodes a record as one frame, in postcard.
 pub fn encode(record: &Record) -> Result<Vec<u8>, EncodeError> {
+    encode_postcard(FORMAT_POSTCARD_ENCODED_BATCH, record)
+}
+
+/// Encodes an older record as one frame in the postcard format of older files: only to
+/// test and measure that they are still read (`decode`), never written by the log store.
+pub fn encode_legacy_postcard(record: &LegacyRecord) -> Result<Vec<u8>, EncodeError> {
+    encode_postcard(FORMAT_POSTCARD_STRUCTURED, record)
+}
+
+fn encode_postcard<T: Serialize>(format: u8, record: &T) -> Result<Vec<u8>, EncodeError> {
     // Header space first, so the payload is written in place and never copied.
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(&[0; HEADER_BYTES]);
-    out.push(FORMAT_POSTCARD);
+    out.push(format);
     seal(postcard::to_extend(record, out)?)
 }
 
-/// Encodes a record as one frame in the JSON format of older files: only to test and
-/// measure that they are still read (`decode`), never written by the log store.
-pub fn encode_legacy_json(record: &Record) -> Result<Vec<u8>, EncodeError> {
+/// Encodes an older record as one frame in the JSON format of older files: only to test
+/// and measure that they are still read (`decode`), never written by the log store.
+pub fn encode_legacy_json(record: &LegacyRecord) -> Result<Vec<u8>, EncodeError> {
     let mut out = vec![0; HEADER_BYTES];
     serde_json::to_writer(&mut out, record).map_err(|e| EncodeError::Legacy(e.to_string()))?;
     seal(out)
@@ -96,18 +114,29 @@ pub fn encode_legacy_json(record: &Record) -> Result<Vec<u8>, EncodeError> {
 /// Decodes the payload of a well-formed frame, in whichever format its first byte names.
 pub fn decode(payload: &[u8]) -> Result<Record, DecodeError> {
     match payload.split_first() {
-        Some((&FORMAT_POSTCARD, body)) => {
-            let (record, rest) = postcard::take_from_bytes::<Record>(body)?;
-            if !rest.is_empty() {
-                return Err(DecodeError::TrailingBytes(rest.len()));
-            }
-            Ok(record)
-        }
+        Some((&FORMAT_POSTCARD_ENCODED_BATCH, body)) => decode_postcard(body),
+        _ => Ok(decode_older(payload)?.upgrade()?),
+    }
+}
+
+/// Decodes the payload of a frame in one of the formats of older files, as those files
+/// hold it (a batch as a structure).
+pub fn decode_older(payload: &[u8]) -> Result<LegacyRecord, DecodeError> {
+    match payload.split_first() {
+        Some((&FORMAT_POSTCARD_STRUCTURED, body)) => decode_postcard(body),
         Some((&FORMAT_LEGACY_JSON, _)) => Ok(serde_json::from_slice(payload)?),
         Some((&other, _)) => Err(DecodeError::UnknownFormat(other)),
         // Replay never passes an empty payload (length 0 is damage); refused all the same.
         None => Err(DecodeError::UnknownFormat(0)),
     }
+}
+
+fn decode_postcard<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, DecodeError> {
+    let (record, rest) = postcard::take_from_bytes::<T>(body)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::TrailingBytes(rest.len()));
+    }
+    Ok(record)
 }
 
 /// Fills in the header of `frame` (`HEADER_BYTES` reserved, then the payload).
@@ -133,6 +162,7 @@ mod tests {
         GangPlacement, LeaderTerm, LedgerCommand, OvercommitFactor, PodPlacement, ReleaseReason,
         ResourceVec, TxnDecision,
     };
+    use crate::log_store::legacy::LegacyRecord;
     use crate::raft_types::LedgerBatch;
 
     #[test]
@@ -143,7 +173,7 @@ mod tests {
         let frame = encode(&Record::Truncate { since: 3 }).expect("encodes");
         let payload = &frame[HEADER_BYTES..];
         // Format byte, variant index 1 (`Truncate`), varint 3.
-        assert_eq!(payload, [FORMAT_POSTCARD, 0x01, 0x03]);
+        assert_eq!(payload, [FORMAT_POSTCARD_ENCODED_BATCH, 0x01, 0x03]);
         assert_eq!(frame[..4], (payload.len() as u32).to_le_bytes());
         assert_eq!(frame[4..8], crc32fast::hash(payload).to_le_bytes());
     }
@@ -151,7 +181,7 @@ mod tests {
     #[test]
     fn a_json_frame_of_an_older_file_is_still_read() {
         // Byte for byte what the log store wrote before the switch.
-        let frame = encode_legacy_json(&Record::Truncate { since: 3 }).expect("encodes");
+        let frame = encode_legacy_json(&LegacyRecord::Truncate { since: 3 }).expect("encodes");
         let payload = &frame[HEADER_BYTES..];
         assert_eq!(payload, br#"{"Truncate":{"since":3}}"#);
         assert_eq!(frame[4..8], crc32fast::hash(payload).to_le_bytes());
@@ -163,10 +193,12 @@ mod tests {
         let err = decode(&[0x7f, 0x01, 0x03]).expect_err("unknown format");
         assert!(matches!(err, DecodeError::UnknownFormat(0x7f)), "{err:?}");
         assert!(err.to_string().contains("0x7f"), "{err}");
-        let err = decode(&[FORMAT_POSTCARD, 0x01, 0x03, 0x00]).expect_err("trailing");
-        assert!(matches!(err, DecodeError::TrailingBytes(1)), "{err:?}");
-        let err = decode(&[FORMAT_POSTCARD, 0x09]).expect_err("no such variant");
-        assert!(matches!(err, DecodeError::Postcard(_)), "{err:?}");
+        for format in [FORMAT_POSTCARD_ENCODED_BATCH, FORMAT_POSTCARD_STRUCTURED] {
+            let err = decode(&[format, 0x01, 0x03, 0x00]).expect_err("trailing");
+            assert!(matches!(err, DecodeError::TrailingBytes(1)), "{err:?}");
+            let err = decode(&[format, 0x09]).expect_err("no such variant");
+            assert!(matches!(err, DecodeError::Postcard(_)), "{err:?}");
+        }
     }
 
     fn gang(name: &str) -> GangPlacement {
@@ -270,8 +302,9 @@ mod tests {
         crate::raft_types::LogId::new(CommittedLeaderId::new(4, 2), index)
     }
 
-    /// Every record variant, and entries of every payload kind and command variant.
-    fn one_of_each_record() -> Vec<Record> {
+    /// Every record variant, and entries of every payload kind and command variant, as
+    /// older files wrote them (batches as structures); `upgrade` gives today's records.
+    fn one_of_each_record() -> Vec<LegacyRecord> {
         let membership = Membership::new(
             vec![[1, 2, 3].into_iter().collect()],
             [(1, openraft::BasicNode::new("10.0.0.1:7000"))]
@@ -279,28 +312,28 @@ mod tests {
                 .collect::<std::collections::BTreeMap<_, _>>(),
         );
         let mut all = vec![
-            Record::Entry(Entry {
+            LegacyRecord::Entry(openraft::Entry {
                 log_id: log_id(1),
                 payload: EntryPayload::Blank,
             }),
-            Record::Entry(Entry {
+            LegacyRecord::Entry(openraft::Entry {
                 log_id: log_id(2),
                 payload: EntryPayload::Membership(membership),
             }),
-            Record::Entry(Entry {
+            LegacyRecord::Entry(openraft::Entry {
                 log_id: log_id(3),
                 payload: EntryPayload::Normal(LedgerBatch {
                     commands: one_of_each_command(),
                 }),
             }),
-            Record::Truncate { since: 7 },
-            Record::Purge(log_id(5)),
-            Record::Vote(Vote::new_committed(4, 2)),
-            Record::Committed(None),
-            Record::Committed(Some(log_id(6))),
+            LegacyRecord::Truncate { since: 7 },
+            LegacyRecord::Purge(log_id(5)),
+            LegacyRecord::Vote(Vote::new_committed(4, 2)),
+            LegacyRecord::Committed(None),
+            LegacyRecord::Committed(Some(log_id(6))),
         ];
         all.extend(one_of_each_command().into_iter().enumerate().map(|(i, c)| {
-            Record::Entry(Entry {
+            LegacyRecord::Entry(openraft::Entry {
                 log_id: log_id(10 + i as u64),
                 payload: EntryPayload::Normal(LedgerBatch::one(c)),
             })
@@ -314,9 +347,15 @@ mod tests {
     }
 
     #[test]
-    fn every_record_and_command_variant_round_trips_in_postcard_and_in_json() {
-        for record in one_of_each_record() {
-            for frame in [encode(&record), encode_legacy_json(&record)] {
+    fn every_record_and_command_variant_round_trips_and_older_formats_read_as_the_same() {
+        for older in one_of_each_record() {
+            let record = older.clone().upgrade().expect("upgrades");
+            let frames = [
+                encode(&record),
+                encode_legacy_postcard(&older),
+                encode_legacy_json(&older),
+            ];
+            for frame in frames {
                 let frame = frame.expect("encodes");
                 let back = decode(&frame[HEADER_BYTES..]).expect("decodes");
                 assert_eq!(as_json(&back), as_json(&record));
@@ -324,10 +363,34 @@ mod tests {
         }
     }
 
+    /// An entry of an older file comes back with its batch as bytes that decode to the
+    /// very commands the file held.
+    #[test]
+    fn an_older_entry_reads_back_with_the_batch_it_held() {
+        let batch = LedgerBatch {
+            commands: one_of_each_command(),
+        };
+        let older = LegacyRecord::Entry(openraft::Entry {
+            log_id: log_id(3),
+            payload: EntryPayload::Normal(batch.clone()),
+        });
+        for frame in [encode_legacy_postcard(&older), encode_legacy_json(&older)] {
+            let frame = frame.expect("encodes");
+            let Ok(Record::Entry(Entry {
+                payload: EntryPayload::Normal(encoded),
+                ..
+            })) = decode(&frame[HEADER_BYTES..])
+            else {
+                panic!("not an entry with a batch");
+            };
+            assert_eq!(encoded.decode().expect("decodes"), batch);
+        }
+    }
+
     #[test]
     fn a_cut_postcard_payload_is_refused_not_misread() {
-        let record = &one_of_each_record()[2];
-        let frame = encode(record).expect("encodes");
+        let record = one_of_each_record()[2].clone().upgrade().expect("upgrades");
+        let frame = encode(&record).expect("encodes");
         let payload = &frame[HEADER_BYTES..];
         for cut in 1..payload.len() {
             assert!(decode(&payload[..cut]).is_err(), "cut at {cut} decoded");

@@ -12,13 +12,13 @@ use phalanx_proto::ledger::{
     changes_reply, propose_reply, read_reply,
 };
 use phalanx_proto::raft::raft_service_server::RaftService;
-use phalanx_proto::raft::{RaftReply, RaftRequest};
+use phalanx_proto::raft::{Encoding, RaftReply, RaftRequest};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::{Request, Response, Status};
 
 use super::MAX_PROPOSAL_BYTES;
 use super::wire::{self, WireError};
-use crate::raft_types::{MAX_COMMANDS_PER_BATCH, NodeId, Raft};
+use crate::raft_types::{EncodedBatch, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::LedgerReader;
 
 /// A message that does not decode: INVALID_ARGUMENT with the field it fails at.
@@ -171,6 +171,16 @@ impl LedgerGrpc {
     }
 }
 
+/// The entry to append for a proposal whose batch decoded as `batch`: its own bytes when
+/// they are postcard (the log's encoding: no second encoding on the leader), else `batch`
+/// encoded.
+fn entry_of(request: ProposeRequest, batch: &LedgerBatch) -> Result<EncodedBatch, Status> {
+    if request.encoding == Encoding::Postcard as i32 {
+        return Ok(EncodedBatch::from_encoded(request.batch));
+    }
+    EncodedBatch::encode(batch).map_err(|e| Status::internal(format!("batch does not encode: {e}")))
+}
+
 #[tonic::async_trait]
 impl LedgerService for LedgerGrpc {
     async fn propose(
@@ -193,7 +203,8 @@ impl LedgerService for LedgerGrpc {
                 batch.commands.len()
             )));
         }
-        let outcome = match self.raft.client_write(batch).await {
+        let entry = entry_of(request.into_inner(), &batch)?;
+        let outcome = match self.raft.client_write(entry).await {
             Ok(resp) => propose_reply::Outcome::Committed(
                 wire::ledger_batch::committed_to_wire(&resp.data, resp.log_id.index)
                     .map_err(encode_failed)?,

@@ -28,7 +28,8 @@ use crate::ledger::{
     apply_recording,
 };
 use crate::raft_types::{
-    BatchResponse, Entry, LogId, MAX_COMMANDS_PER_BATCH, NodeId, StorageError, TypeConfig,
+    BatchResponse, EncodedBatch, Entry, LogId, MAX_COMMANDS_PER_BATCH, NodeId, StorageError,
+    TypeConfig,
 };
 pub use journal::ChangeJournal;
 
@@ -216,9 +217,37 @@ impl LedgerStateMachine {
     }
 }
 
+/// Applies one entry's batch: refused whole (one refusal, nothing applied) when its bytes
+/// are over `bounds::MAX_ENTRY_BYTES` or encode no batch, else as [`apply_batch`]. Every
+/// replica holds the same bytes, so each one decides the same.
+pub fn apply_entry(
+    ledger: &mut LedgerState,
+    batch: &EncodedBatch,
+    ctx: &ApplyContext,
+    changes: &mut Changes,
+) -> BatchResponse {
+    let refuse = |refusal| BatchResponse {
+        responses: vec![LedgerResponse::Refused(refusal)],
+    };
+    if batch.len() > bounds::MAX_ENTRY_BYTES {
+        return refuse(Refusal::TooLarge {
+            what: "bytes in one entry".to_string(),
+            count: batch.len(),
+            limit: bounds::MAX_ENTRY_BYTES,
+        });
+    }
+    match batch.decode() {
+        Ok(decoded) => apply_batch(ledger, &decoded.commands, ctx, changes),
+        Err(e) => refuse(Refusal::UndecodableEntry {
+            bytes: batch.len(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
 /// Applies one batch: each command in order, as the entry `ctx` describes, noting the keys
-/// written in `changes`; a batch over `MAX_COMMANDS_PER_BATCH` commands or
-/// `bounds::MAX_ENTRY_BYTES` bytes is refused whole (one refusal, nothing applied).
+/// written in `changes`; a batch over `MAX_COMMANDS_PER_BATCH` commands is refused whole
+/// (one refusal, nothing applied).
 pub fn apply_batch(
     ledger: &mut LedgerState,
     commands: &[LedgerCommand],
@@ -231,15 +260,6 @@ pub fn apply_batch(
                 what: "commands in one batch".to_string(),
                 count: commands.len(),
                 limit: MAX_COMMANDS_PER_BATCH,
-            })],
-        };
-    }
-    if let Err(counted) = bounds::check_encoded_len(&commands, bounds::MAX_ENTRY_BYTES) {
-        return BatchResponse {
-            responses: vec![LedgerResponse::Refused(Refusal::TooLarge {
-                what: "bytes in one entry (counted until past the limit)".to_string(),
-                count: counted,
-                limit: bounds::MAX_ENTRY_BYTES,
             })],
         };
     }
@@ -340,7 +360,7 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
                 EntryPayload::Normal(batch) => {
                     let ctx = entry_context(&entry.log_id, &s.last_membership);
                     let mut changes = Changes::recording();
-                    let r = apply_batch(&mut s.ledger, &batch.commands, &ctx, &mut changes);
+                    let r = apply_entry(&mut s.ledger, &batch, &ctx, &mut changes);
                     s.journal.record(entry.log_id.index, changes.into_keys());
                     r
                 }
@@ -432,14 +452,17 @@ mod tests {
     }
 
     fn assign(owner: u64, epoch: u64, proposer: LeaderTerm) -> EntryPayload<TypeConfig> {
-        EntryPayload::Normal(crate::raft_types::LedgerBatch::one(
-            LedgerCommand::AssignShard {
-                shard: 0,
-                owner,
-                epoch,
-                proposer: Some(proposer),
-            },
-        ))
+        EntryPayload::Normal(
+            EncodedBatch::encode(&crate::raft_types::LedgerBatch::one(
+                LedgerCommand::AssignShard {
+                    shard: 0,
+                    owner,
+                    epoch,
+                    proposer: Some(proposer),
+                },
+            ))
+            .unwrap(),
+        )
     }
 
     /// The state machine judges `AssignShard` by the leader id in each entry's log id and

@@ -4,15 +4,23 @@ use proptest::sample::Index;
 
 use super::*;
 use crate::ledger::LedgerCommand;
+use crate::log_store::legacy::LegacyRecord;
 use crate::log_store::record::encode;
-use crate::raft_types::{Entry, LedgerBatch, LogId, Vote};
+use crate::raft_types::{EncodedBatch, Entry, LedgerBatch, LogId, Vote};
 
 fn log_id(term: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, 1), index)
 }
 
 fn remove_node_entry(index: u64, node: String) -> Record {
-    Record::Entry(Entry {
+    older_remove_node_entry(index, node)
+        .upgrade()
+        .expect("test records encode")
+}
+
+/// The same entry as files written before entries held encoded batches.
+fn older_remove_node_entry(index: u64, node: String) -> LegacyRecord {
+    LegacyRecord::Entry(openraft::Entry {
         log_id: log_id(1, index),
         payload: EntryPayload::Normal(LedgerBatch::one(LedgerCommand::RemoveNode { node })),
     })
@@ -249,7 +257,9 @@ fn big_batch_entry(index: u64) -> Record {
         .collect();
     Record::Entry(Entry {
         log_id: log_id(1, index),
-        payload: EntryPayload::Normal(LedgerBatch { commands }),
+        payload: EntryPayload::Normal(
+            EncodedBatch::encode(&LedgerBatch { commands }).expect("encodes"),
+        ),
     })
 }
 
@@ -273,12 +283,18 @@ fn a_torn_large_binary_frame_is_proven_torn_within_the_scan_budget() {
 }
 
 #[test]
-fn a_file_of_json_frames_then_postcard_frames_replays_every_record() {
-    // An older file (JSON) reopened by this build, which appends in postcard.
-    use crate::log_store::record::encode_legacy_json;
+fn a_file_of_json_frames_then_older_postcard_then_current_frames_replays_every_record() {
+    // An older file (JSON, then postcard with batches as structures) reopened by this
+    // build, which appends entries holding encoded batches.
+    use crate::log_store::record::{encode_legacy_json, encode_legacy_postcard};
     let mut bytes = Vec::new();
-    for i in 1..=5 {
-        bytes.extend(encode_legacy_json(&remove_node_entry(i, format!("old-{i}"))).unwrap());
+    for i in 1..=3 {
+        let older = older_remove_node_entry(i, format!("old-{i}"));
+        bytes.extend(encode_legacy_json(&older).unwrap());
+    }
+    for i in 4..=5 {
+        let older = older_remove_node_entry(i, format!("old-{i}"));
+        bytes.extend(encode_legacy_postcard(&older).unwrap());
     }
     for i in 6..=10 {
         bytes.extend(encode(&remove_node_entry(i, format!("new-{i}"))).unwrap());
@@ -291,7 +307,7 @@ fn a_file_of_json_frames_then_postcard_frames_replays_every_record() {
             Record::Entry(Entry {
                 payload: EntryPayload::Normal(b),
                 ..
-            }) => match &b.commands[0] {
+            }) => match &b.decode().expect("a batch").commands[0] {
                 LedgerCommand::RemoveNode { node } => node.clone(),
                 other => panic!("unexpected {other:?}"),
             },

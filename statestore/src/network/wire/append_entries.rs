@@ -4,20 +4,58 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use phalanx_proto::raft::{RaftReply, RaftRequest};
 
-use super::{WireError, decode, decode_reply, reply, request};
-use crate::raft_types::{NodeId, TypeConfig};
+use phalanx_proto::raft::Encoding;
+
+use super::{WireError, decode, decode_reply, encode_postcard, reply};
+use crate::log_store::legacy::LegacyConfig;
+use crate::raft_types::{EncodedBatch, NodeId, TypeConfig};
 
 /// The reply type carried back.
 pub type Reply = Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>;
 
-/// Request to wire.
+/// Request to wire: postcard, each entry's batch as its bytes (copied, not re-encoded).
 pub fn to_wire(req: &AppendEntriesRequest<TypeConfig>) -> Result<RaftRequest, WireError> {
-    request(req)
+    Ok(RaftRequest {
+        encoding: Encoding::PostcardEncodedBatch as i32,
+        payload: encode_postcard(req)?,
+    })
 }
 
-/// Wire to request.
+/// Wire to request, from this build or an older one (whose entries carry their batches as
+/// structures: a leader not yet upgraded, during a rolling upgrade).
 pub fn from_wire(req: &RaftRequest) -> Result<AppendEntriesRequest<TypeConfig>, WireError> {
-    decode(req.encoding, &req.payload)
+    if req.encoding == Encoding::PostcardEncodedBatch as i32 {
+        return decode(Encoding::Postcard as i32, &req.payload);
+    }
+    let older: AppendEntriesRequest<LegacyConfig> = decode(req.encoding, &req.payload)?;
+    upgrade(older)
+}
+
+fn upgrade(
+    older: AppendEntriesRequest<LegacyConfig>,
+) -> Result<AppendEntriesRequest<TypeConfig>, WireError> {
+    use openraft::EntryPayload;
+    let entries = older
+        .entries
+        .into_iter()
+        .map(|e| {
+            let payload = match e.payload {
+                EntryPayload::Blank => EntryPayload::Blank,
+                EntryPayload::Normal(batch) => EntryPayload::Normal(EncodedBatch::encode(&batch)?),
+                EntryPayload::Membership(m) => EntryPayload::Membership(m),
+            };
+            Ok(openraft::Entry {
+                log_id: e.log_id,
+                payload,
+            })
+        })
+        .collect::<Result<_, WireError>>()?;
+    Ok(AppendEntriesRequest {
+        vote: older.vote,
+        prev_log_id: older.prev_log_id,
+        leader_commit: older.leader_commit,
+        entries,
+    })
 }
 
 /// Reply to wire.

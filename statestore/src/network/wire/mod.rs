@@ -67,6 +67,7 @@ pub fn decode<T: DeserializeOwned>(encoding: i32, bytes: &[u8]) -> Result<T, Wir
     match Encoding::try_from(encoding) {
         Ok(Encoding::Json) => decode_json(bytes),
         Ok(Encoding::Postcard) => decode_postcard(bytes),
+        // Only AppendEntries is sent so, and its decoder handles it (`append_entries`).
         _ => Err(WireError::UnknownEncoding(encoding)),
     }
 }
@@ -139,13 +140,73 @@ mod tests {
 
     use super::*;
     use crate::ledger::{LedgerCommand, LedgerResponse, LedgerState, Refusal, ResourceVec};
-    use crate::raft_types::{BatchResponse, LedgerBatch};
+    use crate::log_store::legacy::LegacyConfig;
+    use crate::raft_types::{BatchResponse, EncodedBatch, LedgerBatch};
+
+    fn append_of<C: openraft::RaftTypeConfig<NodeId = u64, Entry = Entry<C>>>(
+        payload: EntryPayload<C>,
+    ) -> openraft::raft::AppendEntriesRequest<C> {
+        openraft::raft::AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: Some(LogId::new(CommittedLeaderId::new(3, 1), 6)),
+            entries: vec![Entry {
+                log_id: LogId::new(CommittedLeaderId::new(3, 1), 7),
+                payload,
+            }],
+            leader_commit: None,
+        }
+    }
+
+    /// An entry's batch goes on the wire as the bytes it was proposed in, whole and in
+    /// place (copied, never walked again), tagged so an older peer refuses it by name.
+    #[test]
+    fn an_append_carries_each_batch_as_its_proposed_bytes() {
+        let batch = LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 });
+        let encoded = EncodedBatch::encode(&batch).unwrap();
+        let proposed = postcard::to_stdvec(&batch).unwrap();
+        let req = append_of(EntryPayload::Normal(encoded));
+        let wire = append_entries::to_wire(&req).unwrap();
+        assert_eq!(wire.encoding, Encoding::PostcardEncodedBatch as i32);
+        assert!(
+            wire.payload.windows(proposed.len()).any(|w| w == proposed),
+            "the batch's bytes are not in the request"
+        );
+        let err = decode::<LedgerBatch>(wire.encoding, &wire.payload).expect_err("not generic");
+        assert!(matches!(err, WireError::UnknownEncoding(3)), "{err:?}");
+    }
+
+    /// A leader not yet upgraded sends entries with batches as structures (postcard or
+    /// JSON): they arrive as encoded batches that decode to the same commands.
+    #[test]
+    fn an_older_leaders_append_is_read_with_the_same_batches() {
+        let batch = LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 });
+        let older = append_of::<LegacyConfig>(EntryPayload::Normal(batch.clone()));
+        let framings = [
+            RaftRequest {
+                encoding: Encoding::Postcard as i32,
+                payload: postcard::to_stdvec(&older).unwrap(),
+            },
+            RaftRequest {
+                encoding: Encoding::Json as i32,
+                payload: serde_json::to_vec(&older).unwrap(),
+            },
+        ];
+        for wire in framings {
+            let back = append_entries::from_wire(&wire).expect("an older append decodes");
+            let EntryPayload::Normal(encoded) = &back.entries[0].payload else {
+                panic!("not a batch");
+            };
+            assert_eq!(encoded.decode().unwrap(), batch);
+            assert_eq!(back.entries[0].log_id.index, 7);
+        }
+    }
 
     #[test]
     fn raft_messages_survive_the_wire() {
+        let batch = LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 });
         let entry: Entry<crate::raft_types::TypeConfig> = Entry {
             log_id: LogId::new(CommittedLeaderId::new(3, 1), 7),
-            payload: EntryPayload::Normal(LedgerBatch::one(LedgerCommand::ExpireAt { now_ms: 9 })),
+            payload: EntryPayload::Normal(EncodedBatch::encode(&batch).unwrap()),
         };
         let req = openraft::raft::AppendEntriesRequest {
             vote: Vote::new_committed(3, 1),
