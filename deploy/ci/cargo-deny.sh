@@ -4,9 +4,10 @@
 # the checks this machine can run.
 #
 #   deploy/ci/cargo-deny.sh              bans licenses sources (the default, offline)
-#   deploy/ci/cargo-deny.sh advisories   also the RustSec advisories (needs github.com)
+#   deploy/ci/cargo-deny.sh advisories   all four, with the RustSec advisories (fetched
+#                                        from github.com)
 #
-# Any other arguments are passed to `cargo deny check` as the list of checks.
+# Any other arguments are passed, offline, to `cargo deny check` as the list of checks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -18,7 +19,8 @@ root="$cache/tools/cargo-deny"
 bin="$root/bin/cargo-deny"
 
 if [ ! -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -qx "cargo-deny $version"; then
-  echo "installing cargo-deny $version into $root (once; cold, about 10 minutes on 2 cores)" >&2
+  # Measured cold on a busy 2-core machine: about 24 minutes (docs/security.md).
+  echo "installing cargo-deny $version into $root (once; cold, 10-25 minutes on 2 cores)" >&2
   # Its own target directory: building cargo-deny in the workspace's would add hundreds of
   # artefacts there and, with other features unified, could rebuild the workspace's crates.
   CARGO_TARGET_DIR="$cache/tools/cargo-deny-build" \
@@ -27,12 +29,15 @@ if [ ! -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -qx "cargo-deny $ver
   rm -rf "$cache/tools/cargo-deny-build"
 fi
 
+# `--frozen`: the lock file as committed and no network (crates come from cargo's cache,
+# which the build steps filled). The advisory database is a git repository on github.com,
+# which the CI machine cannot reach (deny.toml, [advisories]), so it is left out unless
+# asked for, and then the network is allowed to fetch it.
+network=--frozen
 if [ $# -eq 0 ]; then
-  # The advisory database is a git repository on github.com, which the CI machine cannot
-  # reach (deny.toml, [advisories]); these three need only the lock file and the registry
-  # metadata cargo already has.
   set -- bans licenses sources
 elif [ "$1" = advisories ]; then
+  network=--locked
   set -- advisories bans licenses sources
 fi
-exec "$bin" deny --workspace --all-features check "$@"
+exec "$bin" "$network" check "$@"
