@@ -355,7 +355,8 @@ impl Fleet {
     }
 
     /// A ledger client of the replicas over their mutual TLS, with replica 1's certificate
-    /// (the ledger service takes any certificate of the CA; only Raft checks the id).
+    /// (any certificate of the CA reads the ledger, as chaos does; only one naming a Raft
+    /// member may propose).
     pub fn ledger_client(&self) -> anyhow::Result<phalanx_statestore::LedgerClient> {
         let tls = phalanx_statestore::TlsState::load(tls_files(&self.tls_dir, 1))?;
         Ok(phalanx_statestore::LedgerClient::new(self.raft.clone())

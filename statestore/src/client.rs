@@ -65,7 +65,8 @@ pub enum ClientError {
     /// The batch is over `MAX_COMMANDS_PER_BATCH`.
     #[error("{0} commands in one batch, limit {MAX_COMMANDS_PER_BATCH}")]
     BatchTooLarge(usize),
-    /// The server refused the request as malformed.
+    /// The server refused the request before it reached Raft: malformed, over a bound,
+    /// or from a caller whose certificate may not propose (nothing was applied).
     #[error("rejected: {0}")]
     Rejected(String),
     /// A reply could not be decoded.
@@ -255,7 +256,8 @@ impl LedgerClient {
                         tonic::Code::Unavailable => {
                             Ok(Attempt::Retry(status.message().to_string()))
                         }
-                        tonic::Code::InvalidArgument => {
+                        // Both are refused before Raft sees the batch: not ambiguous.
+                        tonic::Code::InvalidArgument | tonic::Code::PermissionDenied => {
                             Err(ClientError::Rejected(status.message().to_string()))
                         }
                         _ if refused_unprocessed(&status) => {

@@ -235,13 +235,13 @@ pub async fn start_replica_over(
     let raft_svc = RaftServiceServer::new(raft_grpc)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let ledger_svc = LedgerServiceServer::new(LedgerGrpc::new(
-        raft.clone(),
-        reader.clone(),
-        Arc::clone(&isolated),
-    ))
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut ledger_grpc = LedgerGrpc::new(raft.clone(), reader.clone(), Arc::clone(&isolated));
+    if transport.is_tls() {
+        ledger_grpc = ledger_grpc.proposals_from_members_only();
+    }
+    let ledger_svc = LedgerServiceServer::new(ledger_grpc)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let router = Server::builder()
         .add_service(raft_svc)
         .add_service(ledger_svc);

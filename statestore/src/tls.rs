@@ -317,3 +317,15 @@ pub fn cert_names_replica(certs: Option<&[CertificateDer<'static>]>, id: u64) ->
     ParsedCertificate::try_from(leaf)
         .is_ok_and(|cert| rustls::client::verify_server_name(&cert, &name).is_ok())
 }
+
+/// The DNS SANs of the caller's certificate (leaf first), to name them when the caller is
+/// refused; empty without a certificate. Only for messages: [`cert_names_replica`] decides.
+pub fn cert_dns_names(certs: Option<&[CertificateDer<'static>]>) -> Vec<String> {
+    let Some(leaf) = certs.and_then(<[_]>::first) else {
+        return Vec::new();
+    };
+    webpki::EndEntityCert::try_from(leaf).map_or_else(
+        |_| Vec::new(),
+        |cert| cert.valid_dns_names().map(str::to_string).collect(),
+    )
+}

@@ -1,7 +1,8 @@
 //! Mutual TLS between replicas and clients, with certificates made in the test by the
 //! openssl CLI (the testbed needs it already): a group forms and commits over TLS; a
 //! peer claiming another replica's id, a client without a certificate, and one signed by
-//! another CA are refused; a certificate rotated on disk is used by later connections.
+//! another CA are refused; a certificate of the CA that names no member (an operator's)
+//! reads but cannot propose; a certificate rotated on disk is used by later connections.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,10 +64,16 @@ fn make_ca(dir: &Path, name: &str) {
 
 /// A leaf `<name>.crt/.key` signed by CA `ca`, naming the replicas `ids`.
 fn make_leaf(dir: &Path, ca: &str, name: &str, ids: &[u64]) -> TlsFiles {
-    let sans: Vec<String> = ids
+    let names: Vec<String> = ids
         .iter()
-        .map(|id| format!("DNS:{}", phalanx_statestore::tls::replica_name(*id)))
+        .map(|id| phalanx_statestore::tls::replica_name(*id))
         .collect();
+    make_leaf_for(dir, ca, name, &names)
+}
+
+/// A leaf `<name>.crt/.key` signed by CA `ca` whose DNS SANs are `dns_names`.
+fn make_leaf_for(dir: &Path, ca: &str, name: &str, dns_names: &[String]) -> TlsFiles {
+    let sans: Vec<String> = dns_names.iter().map(|n| format!("DNS:{n}")).collect();
     let ext = format!(
         "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n",
         sans.join(",")
@@ -236,6 +243,86 @@ async fn a_peer_whose_certificate_names_another_replica_is_refused() {
         .expect("a vote as itself is heard");
     let answer = wire::vote::reply_from_wire(&reply).expect("decodes");
     assert!(answer.is_ok(), "Raft answered the vote: {answer:?}");
+}
+
+fn upsert(node: &str) -> LedgerCommand {
+    LedgerCommand::UpsertNode {
+        node: node.to_string(),
+        allocatable: ResourceVec::from_pairs([("cpu", 1_000)]),
+        shard: 0,
+    }
+}
+
+/// The names of the nodes in replica 1's ledger, read with `files`' certificate.
+async fn nodes_read_with(addr: &str, files: &TlsFiles) -> Vec<String> {
+    let read = client(1, addr, tls(files)).read().await.expect("reads");
+    let state = read.state.expect("the state was asked for");
+    state.nodes.keys().cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_certificate_reads_the_ledger_but_cannot_propose() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_ca(dir.path(), "ca");
+    let r1 = single(dir.path(), &make_leaf(dir.path(), "ca", "r1", &[1])).await;
+    let addr = r1.addr().to_string();
+    let operator = make_leaf_for(dir.path(), "ca", "op", &["alice.operators.phalanx".into()]);
+    // The refusal names the SAN found and the members' SANs, and nothing is applied.
+    let refused = client(1, &addr, tls(&operator))
+        .propose_one(upsert("by-operator"))
+        .await
+        .expect_err("an operator may not propose");
+    let why = refused.to_string();
+    assert!(
+        matches!(refused, phalanx_statestore::ClientError::Rejected(_)),
+        "refused before Raft, so not ambiguous: {refused:?}"
+    );
+    assert!(why.contains("alice.operators.phalanx"), "{why}");
+    assert!(why.contains("replica-1.phalanx"), "{why}");
+    // The same CA signed a replica's certificate, and the caller may read.
+    assert!(nodes_read_with(&addr, &operator).await.is_empty());
+    // A member's certificate (replica 1's, as its scheduler holds) proposes.
+    let member = make_leaf(dir.path(), "ca", "sched-1", &[1]);
+    client(1, &addr, tls(&member))
+        .propose_one(upsert("by-member"))
+        .await
+        .expect("a member proposes");
+    assert_eq!(nodes_read_with(&addr, &operator).await, ["by-member"]);
+}
+
+/// A Propose to replica 1 at `addr` with `files`' certificate, through the raw gRPC
+/// client, so the status code itself is seen.
+async fn propose_raw(addr: &str, files: &TlsFiles) -> Result<(), tonic::Status> {
+    use phalanx_proto::ledger::ledger_service_client::LedgerServiceClient;
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2));
+    let mut ledger = LedgerServiceClient::new(tls(files).channel(endpoint, addr, 1));
+    let batch = phalanx_statestore::LedgerBatch::one(upsert("raw"));
+    let request = wire::ledger_batch::to_wire(&batch).expect("encode");
+    ledger.propose(request).await.map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_certificate_proposes_only_while_its_replica_is_a_member() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_ca(dir.path(), "ca");
+    let r1 = single(dir.path(), &make_leaf(dir.path(), "ca", "r1", &[1])).await;
+    let addr = r1.addr().to_string();
+    let r2_files = make_leaf(dir.path(), "ca", "r2", &[2]);
+    let denied = propose_raw(&addr, &r2_files)
+        .await
+        .expect_err("replica 2 is not a member yet");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied}");
+    assert!(denied.message().contains("replica-2.phalanx"), "{denied}");
+    let r2 = start(2, dir.path(), tls(&r2_files)).await;
+    r1.raft()
+        .add_learner(2, r2.node(), true)
+        .await
+        .expect("replica 2 joins as a learner");
+    propose_raw(&addr, &r2_files)
+        .await
+        .expect("a learner's certificate proposes");
 }
 
 /// Opens a TLS session to `addr` with `config` and reads what the server sends first: a

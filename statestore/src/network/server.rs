@@ -41,6 +41,38 @@ fn hint(f: &ForwardToLeader<NodeId, BasicNode>) -> LeaderHint {
     }
 }
 
+/// Refuses `request` (PERMISSION_DENIED) unless the caller's certificate names one of the
+/// replicas `allowed` (`role` says who they are), naming the SANs found and those expected.
+/// Both services check callers through this: a certificate of the CA proves only that the
+/// CA issued it, and an operator's or a tool's is signed by the same CA as a replica's.
+fn require_caller_among<T>(
+    request: &Request<T>,
+    allowed: &[NodeId],
+    role: &str,
+) -> Result<(), Status> {
+    // `Request::peer_certs` is compiled only with tonic's own TLS features; tls.rs
+    // serves `tokio_rustls` streams, whose connect info carries the same chain.
+    let certs = request
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(TlsConnectInfo::peer_certs);
+    let certs = certs.as_deref().map(Vec::as_slice);
+    if allowed
+        .iter()
+        .any(|id| crate::tls::cert_names_replica(certs, *id))
+    {
+        return Ok(());
+    }
+    let expected: Vec<String> = allowed
+        .iter()
+        .map(|id| crate::tls::replica_name(*id))
+        .collect();
+    Err(Status::permission_denied(format!(
+        "the caller's certificate names the DNS SANs {:?}, not {role} (expected one of {expected:?})",
+        crate::tls::cert_dns_names(certs)
+    )))
+}
+
 /// Peer-facing Raft RPCs.
 #[derive(Clone)]
 pub struct RaftGrpc {
@@ -73,22 +105,12 @@ impl RaftGrpc {
         if !self.verify_sender {
             return Ok(());
         }
-        // `Request::peer_certs` is compiled only with tonic's own TLS features; tls.rs
-        // serves `tokio_rustls` streams, whose connect info carries the same chain.
-        let certs = request
-            .extensions()
-            .get::<TlsConnectInfo<TcpConnectInfo>>()
-            .and_then(TlsConnectInfo::peer_certs);
-        let named = claimed.is_some_and(|id| {
-            crate::tls::cert_names_replica(certs.as_deref().map(Vec::as_slice), id)
-        });
-        if named {
-            return Ok(());
-        }
-        Err(Status::permission_denied(format!(
-            "the caller's certificate does not name replica {claimed:?} (expected the DNS SAN {:?})",
-            claimed.map(crate::tls::replica_name).unwrap_or_default()
-        )))
+        let allowed: Vec<NodeId> = claimed.into_iter().collect();
+        let role = match claimed {
+            Some(id) => format!("replica {id}, the sender this RPC claims"),
+            None => "the sender of an RPC that claims none".to_string(),
+        };
+        require_caller_among(request, &allowed, &role)
     }
 
     fn check_isolated(&self) -> Result<(), Status> {
@@ -112,6 +134,7 @@ impl std::fmt::Debug for LedgerGrpc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LedgerGrpc")
             .field("isolated", &self.isolated)
+            .field("members_only_propose", &self.members_only_propose)
             .finish_non_exhaustive()
     }
 }
@@ -158,6 +181,9 @@ pub struct LedgerGrpc {
     raft: Raft,
     reader: LedgerReader,
     isolated: Arc<AtomicBool>,
+    /// Under mutual TLS: `Propose` only from a certificate naming a current Raft member
+    /// (reads stay open to any certificate of the CA, e.g. an operator's).
+    members_only_propose: bool,
 }
 
 impl LedgerGrpc {
@@ -167,7 +193,38 @@ impl LedgerGrpc {
             raft,
             reader,
             isolated,
+            members_only_propose: false,
         }
+    }
+
+    /// The same, taking proposals only from a certificate that names a member (TLS only).
+    pub fn proposals_from_members_only(mut self) -> Self {
+        self.members_only_propose = true;
+        self
+    }
+
+    /// Refuses a proposal whose caller's certificate names no replica of the membership
+    /// this replica knows (voters and learners: a learner's scheduler may propose too).
+    /// A member added moments ago may be refused by a replica that has not yet seen its
+    /// membership entry; its client gets PERMISSION_DENIED, not applied, and proposes again.
+    fn check_proposer<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if !self.members_only_propose {
+            return Ok(());
+        }
+        let members: Vec<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect();
+        require_caller_among(
+            request,
+            &members,
+            "a member of the ledger's Raft group (only replicas may propose)",
+        )
     }
 }
 
@@ -190,6 +247,7 @@ impl LedgerService for LedgerGrpc {
         if self.isolated.load(Ordering::Relaxed) {
             return Err(Status::unavailable("replica isolated"));
         }
+        self.check_proposer(&request)?;
         let size = request.get_ref().batch.len();
         if size > MAX_PROPOSAL_BYTES {
             return Err(Status::invalid_argument(format!(
