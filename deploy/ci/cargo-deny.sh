@@ -6,6 +6,8 @@
 #   deploy/ci/cargo-deny.sh              bans licenses sources (the default, offline)
 #   deploy/ci/cargo-deny.sh advisories   all four, with the RustSec advisories (fetched
 #                                        from github.com)
+#   deploy/ci/cargo-deny.sh --install-only   install, check nothing (.ci/run does this in
+#                                        the background, beside the Go tools)
 #
 # Any other arguments are passed, offline, to `cargo deny check` as the list of checks.
 set -euo pipefail
@@ -27,6 +29,10 @@ if [ ! -x "$bin" ] || ! "$bin" --version 2>/dev/null | grep -qx "cargo-deny $ver
     cargo install --locked --version "$version" --root "$root" cargo-deny
   # The build tree is only needed to build; the binary is what stays.
   rm -rf "$cache/tools/cargo-deny-build"
+fi
+
+if [ "${1:-}" = --install-only ]; then
+  exit 0
 fi
 
 # `--frozen`: the lock file as committed and no network (crates come from cargo's cache,

@@ -203,10 +203,22 @@ impl LedgerGrpc {
         self
     }
 
+    /// The leader, when a replica other than this one leads (as this replica last heard).
+    fn leader_elsewhere(&self) -> Option<LeaderHint> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader.filter(|l| *l != metrics.id)?;
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .cloned();
+        Some(hint(&ForwardToLeader::new(leader, node?)))
+    }
+
     /// Refuses a proposal whose caller's certificate names no replica of the membership
     /// this replica knows (voters and learners: a learner's scheduler may propose too).
-    /// A member added moments ago may be refused by a replica that has not yet seen its
-    /// membership entry; its client gets PERMISSION_DENIED, not applied, and proposes again.
+    /// A follower that refuses sends the caller to the leader instead (`propose`), so a
+    /// member added moments ago is judged by the leader, which added it.
     fn check_proposer<T>(&self, request: &Request<T>) -> Result<(), Status> {
         if !self.members_only_propose {
             return Ok(());
@@ -247,7 +259,16 @@ impl LedgerService for LedgerGrpc {
         if self.isolated.load(Ordering::Relaxed) {
             return Err(Status::unavailable("replica isolated"));
         }
-        self.check_proposer(&request)?;
+        if let Err(denied) = self.check_proposer(&request) {
+            // A follower may not have seen the membership entry of a replica the leader
+            // just added: it sends the caller to the leader, whose view decides.
+            return match self.leader_elsewhere() {
+                Some(leader) => Ok(Response::new(ProposeReply {
+                    outcome: Some(propose_reply::Outcome::Forward(leader)),
+                })),
+                None => Err(denied),
+            };
+        }
         let size = request.get_ref().batch.len();
         if size > MAX_PROPOSAL_BYTES {
             return Err(Status::invalid_argument(format!(
