@@ -253,8 +253,9 @@ fn check_status(env: &Env, key: &str) -> Check {
 }
 
 /// Every replica's `/metrics` through promtool; the `podgroup_status` series of the
-/// waiting gang (Pending or Inqueue: phalanx's enqueue admits it, 153 GPUs being within the
-/// overcommit plugin's 1.2 x 128) on the owner of its shard and on no other replica.
+/// waiting gang (Pending or Inqueue: its PodGroup has no minResources, so enqueue admits it
+/// at once, as Volcano's does, scenario 02; with minResources of 153 GPUs proportion would
+/// keep it Pending, scenario 93) on the owner of its shard and on no other replica.
 fn check_metrics(replicas: &[Replica], key: &str, owner: u64) -> Check {
     let (ns, name) = key.split_once('/').ok_or("key")?;
     let prefix = format!(r#"phalanx_podgroup_status{{namespace="{ns}",name="{name}",phase=""#);
