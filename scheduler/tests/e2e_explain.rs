@@ -253,9 +253,9 @@ fn check_status(env: &Env, key: &str) -> Check {
 }
 
 /// Every replica's `/metrics` through promtool; the `podgroup_status` series of the
-/// waiting gang (Pending or Inqueue: its PodGroup has no minResources, so enqueue admits it
-/// at once, as Volcano's does, scenario 02; with minResources of 153 GPUs proportion would
-/// keep it Pending, scenario 93) on the owner of its shard and on no other replica.
+/// waiting gang, once Inqueue (its PodGroup has no minResources, so enqueue admits it at
+/// once, as Volcano's does, scenario 02; with minResources of 153 GPUs proportion would
+/// keep it Pending, scenario 93), on the owner of its shard and on no other replica.
 fn check_metrics(replicas: &[Replica], key: &str, owner: u64) -> Check {
     let (ns, name) = key.split_once('/').ok_or("key")?;
     let prefix = format!(r#"phalanx_podgroup_status{{namespace="{ns}",name="{name}",phase=""#);
@@ -276,8 +276,7 @@ fn check_metrics(replicas: &[Replica], key: &str, owner: u64) -> Check {
             let lines = text.lines().filter_map(|l| l.strip_prefix(prefix.as_str()));
             reporting.extend(lines.map(|rest| (r.id, rest.to_string())));
         }
-        let waiting =
-            |rest: &str| rest.starts_with("Pending\"} ") || rest.starts_with("Inqueue\"} ");
+        let waiting = |rest: &str| rest.starts_with("Inqueue\"} ");
         if !matches!(reporting.as_slice(), [(id, rest)] if *id == owner && waiting(rest)) {
             return Err(format!(
                 "{prefix}...: (replica, rest) {reporting:?}, owner {owner}"
