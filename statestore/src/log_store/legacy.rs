@@ -9,7 +9,7 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 
 use super::record::Record;
-use crate::raft_types::{BatchResponse, EncodedBatch, LedgerBatch, LogId, Vote};
+use crate::raft_types::{BatchResponse, EncodedBatch, Entry, LedgerBatch, LogId, Vote};
 
 openraft::declare_raft_types!(
     /// The type configuration of older files: entries carried a `LedgerBatch`.
@@ -43,22 +43,26 @@ pub enum LegacyRecord {
 impl LegacyRecord {
     /// Today's record: the same change, an entry's batch encoded as bytes.
     pub fn upgrade(self) -> Result<Record, postcard::Error> {
-        use openraft::EntryPayload;
         Ok(match self {
-            Self::Entry(e) => Record::Entry(openraft::Entry {
-                log_id: e.log_id,
-                payload: match e.payload {
-                    EntryPayload::Blank => EntryPayload::Blank,
-                    EntryPayload::Normal(batch) => {
-                        EntryPayload::Normal(EncodedBatch::encode(&batch)?)
-                    }
-                    EntryPayload::Membership(m) => EntryPayload::Membership(m),
-                },
-            }),
+            Self::Entry(e) => Record::Entry(upgrade_entry(e)?),
             Self::Truncate { since } => Record::Truncate { since },
             Self::Purge(id) => Record::Purge(id),
             Self::Vote(v) => Record::Vote(v),
             Self::Committed(c) => Record::Committed(c),
         })
     }
+}
+
+/// An older entry as today's: its batch encoded as bytes (log replay and an older
+/// leader's AppendEntries both convert through this).
+pub fn upgrade_entry(e: openraft::Entry<LegacyConfig>) -> Result<Entry, postcard::Error> {
+    use openraft::EntryPayload;
+    Ok(Entry {
+        log_id: e.log_id,
+        payload: match e.payload {
+            EntryPayload::Blank => EntryPayload::Blank,
+            EntryPayload::Normal(batch) => EntryPayload::Normal(EncodedBatch::encode(&batch)?),
+            EntryPayload::Membership(m) => EntryPayload::Membership(m),
+        },
+    })
 }

@@ -7,8 +7,8 @@ use phalanx_proto::raft::{RaftReply, RaftRequest};
 use phalanx_proto::raft::Encoding;
 
 use super::{WireError, decode, decode_reply, encode_postcard, reply};
-use crate::log_store::legacy::LegacyConfig;
-use crate::raft_types::{EncodedBatch, NodeId, TypeConfig};
+use crate::log_store::legacy::{LegacyConfig, upgrade_entry};
+use crate::raft_types::{NodeId, TypeConfig};
 
 /// The reply type carried back.
 pub type Reply = Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>;
@@ -34,22 +34,11 @@ pub fn from_wire(req: &RaftRequest) -> Result<AppendEntriesRequest<TypeConfig>, 
 fn upgrade(
     older: AppendEntriesRequest<LegacyConfig>,
 ) -> Result<AppendEntriesRequest<TypeConfig>, WireError> {
-    use openraft::EntryPayload;
     let entries = older
         .entries
         .into_iter()
-        .map(|e| {
-            let payload = match e.payload {
-                EntryPayload::Blank => EntryPayload::Blank,
-                EntryPayload::Normal(batch) => EntryPayload::Normal(EncodedBatch::encode(&batch)?),
-                EntryPayload::Membership(m) => EntryPayload::Membership(m),
-            };
-            Ok(openraft::Entry {
-                log_id: e.log_id,
-                payload,
-            })
-        })
-        .collect::<Result<_, WireError>>()?;
+        .map(upgrade_entry)
+        .collect::<Result<_, _>>()?;
     Ok(AppendEntriesRequest {
         vote: older.vote,
         prev_log_id: older.prev_log_id,
