@@ -46,6 +46,10 @@ impl Env {
         )
     }
 
+    fn queues(&self) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &volcano_resource("Queue", "queues"))
+    }
+
     fn create_pod_group(&self, name: &str, min_member: u32) -> Result<(), String> {
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
@@ -289,49 +293,172 @@ fn check_seed_job(env: &Env) -> Check {
     ))
 }
 
-fn check_malformed_skipped(env: &Env) -> Check {
-    // minMember -3 passes the CRD's schema (an integer) but not phalanx's reading of it.
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": "malformed", "namespace": env.ns},
-        "spec": {"minMember": -3},
-    }))
-    .map_err(|e| e.to_string())?;
-    let accepted = env
-        .rt
-        .block_on(env.pod_groups().create(&PostParams::default(), &obj))
-        .is_ok();
-    if accepted {
+/// A hostile object the API server accepts and phalanx cannot read or schedule, and what
+/// its Warning Event must say: (kind, namespace of the Event, name, reason, words in the
+/// note: the field and the value).
+struct Hostile {
+    kind: &'static str,
+    event_ns: String,
+    name: &'static str,
+    reason: &'static str,
+    note_has: [&'static str; 2],
+}
+
+/// Creates the hostile objects (each with a pod where it has pods) and a normal gang.
+fn create_hostile_objects(env: &Env) -> Result<Vec<Hostile>, String> {
+    // minMember -3 passes the CRD's schema (an integer) but not phalanx's reading of it;
+    // 5,000 is more than the ledger commits in one gang (4,096).
+    for (name, min) in [("malformed", -3), ("too-wide", 5000)] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": env.ns},
+            "spec": {"minMember": min},
+        }))
+        .map_err(|e| e.to_string())?;
+        env.rt
+            .block_on(env.pod_groups().create(&PostParams::default(), &obj))
+            .map_err(|e| format!("the API server refused PodGroup {name}: {e}"))?;
         env.create_pod(
-            "malformed-0",
-            Some("malformed"),
+            &format!("{name}-0"),
+            Some(name),
             "worker",
             1,
             "phalanx",
             None,
         )?;
     }
-    env.create_gang("after-malformed", 2, 1)?;
-    poll(
-        DEADLINE,
-        "after-malformed: 2 pods bound beside a malformed PodGroup",
-        || {
-            let (bound, _) = env.gang_bound("after-malformed")?;
-            Ok((bound == 2).then_some(()))
-        },
-    )?;
-    let (bad_bound, _) = env.gang_bound("malformed")?;
-    if bad_bound != 0 {
-        return Err(format!(
-            "{bad_bound} pod of the malformed PodGroup was bound"
-        ));
+    // A negative weight is refused; weight 0 is read as 1 (a caveat, told as FieldIgnored).
+    for (name, weight) in [(HOSTILE_QUEUES[0], -1), (HOSTILE_QUEUES[1], 0)] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": {"weight": weight},
+        }))
+        .map_err(|e| e.to_string())?;
+        env.rt
+            .block_on(env.queues().create(&PostParams::default(), &obj))
+            .map_err(|e| format!("the API server refused Queue {name}: {e}"))?;
     }
-    Ok(if accepted {
-        "a PodGroup with minMember -3 is skipped (its pod stays pending); the next gang is bound"
-            .into()
-    } else {
-        "the API server refused minMember -3 itself; the next gang is bound".into()
-    })
+    env.create_gang("after-malformed", 2, 1)?;
+    let ns = env.ns.clone();
+    let default = "default".to_string();
+    Ok(vec![
+        Hostile {
+            kind: "PodGroup",
+            event_ns: ns.clone(),
+            name: "malformed",
+            reason: "InvalidObject",
+            note_has: ["spec.minMember", "-3"],
+        },
+        Hostile {
+            kind: "PodGroup",
+            event_ns: ns,
+            name: "too-wide",
+            reason: "InvalidObject",
+            note_has: ["spec.minMember", "5000"],
+        },
+        Hostile {
+            kind: "Queue",
+            event_ns: default.clone(),
+            name: HOSTILE_QUEUES[0],
+            reason: "InvalidObject",
+            note_has: ["spec.weight", "-1"],
+        },
+        Hostile {
+            kind: "Queue",
+            event_ns: default,
+            name: HOSTILE_QUEUES[1],
+            reason: "FieldIgnored",
+            note_has: ["spec.weight", "0 is read as 1"],
+        },
+    ])
+}
+
+/// Cluster-scoped, so removed at the end of the check (the namespace stays).
+const HOSTILE_QUEUES: [&str; 2] = ["e2e-hostile-negative-weight", "e2e-hostile-zero-weight"];
+
+/// The Warning Events phalanx wrote about `h`: their notes.
+fn warnings_about(env: &Env, h: &Hostile) -> Result<Vec<String>, String> {
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &h.event_ns);
+    let list = env
+        .rt
+        .block_on(events.list(&ListParams::default()))
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(h.reason))
+        .filter(|e| e.reporting_controller.as_deref() == Some("phalanx.dev/scheduler"))
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some(h.kind) && r.name.as_deref() == Some(h.name)
+            })
+        })
+        .map(|e| {
+            // `kubectl describe` finds an object's Events by its uid too.
+            let uid = e.regarding.and_then(|r| r.uid).unwrap_or_default();
+            let note = e.note.unwrap_or_default();
+            if uid.is_empty() {
+                format!("{note} [no uid]")
+            } else {
+                note
+            }
+        })
+        .collect())
+}
+
+/// Each hostile object gets one Warning Event naming the field and the value (written by
+/// the leader alone, not by every replica), and a normal gang beside them is bound.
+fn check_hostile_objects_warned(env: &Env) -> Check {
+    let hostile = create_hostile_objects(env);
+    let result = hostile.and_then(|hostile| {
+        poll(
+            DEADLINE,
+            "after-malformed: 2 pods bound beside the hostile objects",
+            || {
+                let (bound, _) = env.gang_bound("after-malformed")?;
+                Ok((bound == 2).then_some(()))
+            },
+        )?;
+        for h in &hostile {
+            let what = format!("a {} Warning Event on {} {}", h.reason, h.kind, h.name);
+            poll(DEADLINE, &what, || {
+                Ok((!warnings_about(env, h)?.is_empty()).then_some(()))
+            })?;
+        }
+        // Counted once all were seen, so a second writer (every replica reads the same
+        // objects) has had the time of every poll above to show itself.
+        let mut said = Vec::new();
+        for h in &hostile {
+            let notes = warnings_about(env, h)?;
+            let [field, value] = h.note_has;
+            let named = |n: &String| n.contains(field) && n.contains(value);
+            if notes.len() != 1 || !named(&notes[0]) || notes[0].ends_with("[no uid]") {
+                return Err(format!(
+                    "{} {}: want one {} Event naming {field} and {value:?}, regarding the object's uid; got {notes:?}",
+                    h.kind, h.name, h.reason
+                ));
+            }
+            said.push(format!("{} {}: {:?}", h.kind, h.name, notes[0]));
+        }
+        for group in ["malformed", "too-wide"] {
+            let (bound, _) = env.gang_bound(group)?;
+            if bound != 0 {
+                return Err(format!(
+                    "{bound} pod of the hostile PodGroup {group} was bound"
+                ));
+            }
+        }
+        Ok(format!(
+            "the next gang is bound; one Event each: {}",
+            said.join("; ")
+        ))
+    });
+    for name in HOSTILE_QUEUES {
+        let _ = env
+            .rt
+            .block_on(env.queues().delete(name, &DeleteParams::default()));
+    }
+    result
 }
 
 fn check_too_big(env: &Env) -> Check {
@@ -527,7 +654,10 @@ fn phalanx_serve_on_the_testbed() {
             "other scheduler's pods accounted",
             check_other_scheduler(&env),
         ));
-        results.push(("malformed PodGroup skipped", check_malformed_skipped(&env)));
+        results.push((
+            "hostile objects: a Warning Event each, the next gang bound",
+            check_hostile_objects_warned(&env),
+        ));
         results.push(("leader killed mid-run", check_failover(&env, &mut replicas)));
         results.push((
             "SIGTERM stops a replica cleanly",

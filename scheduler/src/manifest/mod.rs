@@ -32,7 +32,7 @@
 //! - Resource totals (all nodes' allocatable, all pods' requests) fit in `i64`, checked here,
 //!   so the scheduler's saturating arithmetic never saturates on valid input.
 
-mod checks;
+pub(crate) mod checks;
 mod conf_arguments;
 mod conf_position;
 pub mod convert;

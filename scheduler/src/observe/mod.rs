@@ -143,6 +143,10 @@ pub mod name {
         /// Membership steps the leader took, by `step` (add_learner, set_voters,
         /// remove_learners).
         MEMBERSHIP_CHANGES = "phalanx_membership_changes_total", Counter, "Membership steps the leader took";
+        /// Warning Events written about objects a snapshot skips or reads with a caveat, by
+        /// `result` (written, failed); only the ledger leader writes them.
+        OBJECT_WARNINGS = "phalanx_object_warnings_total", Counter,
+            "Warning Events about malformed objects written, by result";
     }
 }
 

@@ -235,6 +235,31 @@ pub use crate::observe::name as metric;
 
 /// Runs one replica until SIGTERM or SIGINT (then stops its ledger replica and returns
 /// `Ok`), or fails to start.
+/// Object warnings per period the leader writes as Events at most, so a flood of hostile
+/// objects delays the loop by a bounded number of (rate-limited) writes.
+const OBJECT_WARNINGS_PER_PERIOD: usize = 20;
+
+/// Warning Events about the objects the snapshot skipped or read with a caveat: written by
+/// the ledger leader alone, so each object version gets one Event, not one per replica.
+/// The other replicas forget theirs once a leader is known (it read the same objects);
+/// while none is, they keep them (bounded), so none is lost to an election.
+fn tell_object_warnings(cluster: &KubeCluster, leader: Option<u64>, id: u64) {
+    match leader {
+        Some(l) if l == id => {
+            let (tried, failed) = cluster.write_object_warnings(OBJECT_WARNINGS_PER_PERIOD);
+            for e in &failed {
+                tracing::warn!(error = %e, "writing an object warning Event failed");
+            }
+            let failed = failed.len();
+            counter!(metric::OBJECT_WARNINGS, "result" => "written")
+                .increment((tried - failed) as u64);
+            counter!(metric::OBJECT_WARNINGS, "result" => "failed").increment(failed as u64);
+        }
+        Some(_) => cluster.discard_object_warnings(),
+        None => {}
+    }
+}
+
 pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     let start = |e: &dyn std::fmt::Display| ServeError::Start(e.to_string());
     let map = ShardMap::new(opts.sharding())?;
@@ -386,6 +411,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         gauge!(metric::RAFT_LEARNERS).set(membership.learner_ids().count() as f64);
         me.set_members(voters);
         me.period(&mut cluster, leader.then_some(metrics.current_term));
+        tell_object_warnings(&cluster, metrics.current_leader, opts.id);
         if let Some(admin) = &admin {
             admin.publish_raft(raft_view(&metrics), me.running());
         }

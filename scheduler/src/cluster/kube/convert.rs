@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::manifest::FieldError;
+use crate::manifest::checks::check_gang_size;
 use crate::manifest::volcano::{
     VolcanoPodGroup, VolcanoQueue, pod_group_from_volcano, queue_from_volcano,
 };
@@ -41,13 +42,17 @@ fn parse_rfc3339_ms(text: &str) -> Option<TimeMs> {
     u64::try_from(t.as_millisecond()).ok()
 }
 
-/// A PodGroup object; `warnings` gets what is read but not acted on.
+/// A PodGroup object; `warnings` gets what is read but not acted on. A gang the ledger
+/// could never commit (`minMember` over its pods-per-gang bound) is an error.
 pub fn pod_group_from_dynamic(
     obj: &DynamicObject,
     warnings: &mut Vec<String>,
 ) -> Result<PodGroup, FieldError> {
     let typed: VolcanoPodGroup = typed_from_dynamic(obj)?;
     let mut out = pod_group_from_volcano(&typed, warnings)?;
+    // The loader's bound, for objects from the API server too: a larger gang could never
+    // be committed, and would be planned and refused again every cycle.
+    check_gang_size("spec.minMember", out.min_member)?;
     out.creation_index = creation_ms(&obj.metadata);
     out.status.conditions = conditions(obj.data.get("status"));
     out.status.inqueue_since_ms = out
@@ -192,5 +197,25 @@ mod tests {
         }));
         let e = pod_group_from_dynamic(&obj, &mut Vec::new()).expect_err("refused");
         assert!(e.to_string().contains("spec.minMember"), "{e}");
+    }
+
+    /// Read before this check, a PodGroup of 4,097 to 100,000 pods was planned and then
+    /// refused by the ledger every cycle, with no word to its owner.
+    #[test]
+    fn a_pod_group_larger_than_the_ledgers_gang_bound_is_refused_naming_field_and_value() {
+        let group = |min: u32| {
+            dynamic(json!({
+                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": "wide", "namespace": "ns"},
+                "spec": {"minMember": min},
+            }))
+        };
+        let limit = crate::manifest::checks::MAX_PODS_PER_GANG as u32;
+        let read = pod_group_from_dynamic(&group(limit), &mut Vec::new()).expect("at the bound");
+        assert_eq!(read.min_member, limit);
+        let e = pod_group_from_dynamic(&group(limit + 1), &mut Vec::new()).expect_err("refused");
+        let text = e.to_string();
+        assert!(text.starts_with("spec.minMember: 4097 pods"), "{text}");
+        assert!(text.contains("4096"), "{text}");
     }
 }

@@ -15,8 +15,9 @@
 //! - [`KubeCluster::connect`] returns only after every store has synced (its first list is
 //!   complete), so a cycle never sees a partial cluster (the failure of Volcano issue #5174).
 //! - PodGroup and Queue are read as `DynamicObject`s of `scheduling.volcano.sh/v1beta1` and
-//!   converted with the manifest module's Volcano types; a malformed object is skipped with a
-//!   warning (logged once per version of it) and never blocks the others.
+//!   converted with the manifest module's Volcano types; a malformed object is skipped and
+//!   never blocks the others. It is told once per version of it (`recorder.rs`): a log line
+//!   here, and a Warning Event the caller writes ([`KubeCluster::write_object_warnings`]).
 //! - PodGroup status: the CRD, like Volcano's, has no status subresource, so the status is
 //!   written with a JSON merge patch of the object itself (no resourceVersion: no conflict).
 //! - Bind is idempotent: a pod already bound to the requested node is Ok; to another node is
@@ -30,10 +31,16 @@
 
 mod convert;
 mod limiter;
+mod recorder;
 mod retry;
 
 pub use convert::{INQUEUE_SINCE_ANNOTATION, creation_ms, pod_group_from_dynamic, status_patch};
 pub use limiter::TokenBucket;
+use recorder::ObjectWarnings;
+pub use recorder::{
+    CLUSTER_SCOPED_EVENTS_NAMESPACE, EventText, ObjectWarning, REASON_FIELD_IGNORED,
+    REASON_INVALID, Regarding, event_body,
+};
 pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -50,15 +57,18 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::scheduling::v1::PriorityClass as K8sPriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use thiserror::Error;
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinHandle;
 
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
 use crate::framework::Event;
+use crate::manifest::FieldError;
 use crate::manifest::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
-use crate::model::{DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroupStatus, Queue, TimeMs};
+use crate::model::{
+    DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroup, PodGroupStatus, PriorityClass, Queue, TimeMs,
+};
 
 /// The Volcano API group and version of PodGroup and Queue.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
@@ -141,8 +151,8 @@ struct Stores {
 struct Converted {
     nodes: HashMap<String, (String, Arc<Node>)>,
     pods: HashMap<String, (String, Arc<Pod>)>,
-    /// Objects already warned about, by kind/key@resourceVersion.
-    warned: HashSet<String>,
+    /// Objects left out or read with a caveat: told once per version.
+    warnings: ObjectWarnings,
 }
 
 /// Writes not yet seen in the caches.
@@ -530,16 +540,117 @@ impl KubeCluster {
         &self.handle
     }
 
-    /// Logs a warning about a malformed object once per version of it.
-    fn warn_once(&self, converted: &mut Converted, what: String, message: &str) {
-        // Bounded: past this many, forget and warn again.
-        const MAX_REMEMBERED: usize = 10_000;
-        if converted.warned.len() >= MAX_REMEMBERED {
-            converted.warned.clear();
+    /// Tells (once per version of the object) that the snapshot leaves it out: `error`
+    /// names the field and the value, `consequence` what the object's owner sees.
+    fn tell_skipped(
+        converted: &mut Converted,
+        (regarding, meta): (Regarding, &ObjectMeta),
+        error: &FieldError,
+        consequence: &str,
+    ) {
+        let message = format!("{regarding} is skipped: {error}; {consequence}");
+        let warning = ObjectWarning {
+            regarding,
+            uid: meta.uid.clone(),
+            reason: REASON_INVALID,
+            message,
+        };
+        converted.warnings.tell(warning, version_of(meta));
+    }
+
+    /// Tells (once per version) what a converter read but did not act on as written.
+    fn tell_caveats(
+        converted: &mut Converted,
+        (regarding, meta): (&Regarding, &ObjectMeta),
+        caveats: Vec<String>,
+    ) {
+        for caveat in caveats {
+            let warning = ObjectWarning {
+                regarding: regarding.clone(),
+                uid: meta.uid.clone(),
+                reason: REASON_FIELD_IGNORED,
+                message: format!("{regarding}: {caveat}"),
+            };
+            converted.warnings.tell(warning, version_of(meta));
         }
-        if converted.warned.insert(what.clone()) {
-            tracing::warn!(object = %what, "{message}");
+    }
+
+    /// The PodGroups that read, with the statuses written here that the cache lags on.
+    fn read_pod_groups(&self, converted: &mut Converted, overlay: &mut Overlay) -> Vec<PodGroup> {
+        let mut groups = BTreeMap::new();
+        for obj in self.stores.pod_groups.state() {
+            let mut caveats = Vec::new();
+            let regarding = Regarding::PodGroup(ObjectKey::new(
+                obj.metadata.namespace.as_deref().unwrap_or("default"),
+                obj.metadata.name.as_deref().unwrap_or(""),
+            ));
+            match pod_group_from_dynamic(&obj, &mut caveats) {
+                Ok(mut group) => {
+                    Self::tell_caveats(converted, (&regarding, &obj.metadata), caveats);
+                    if let Some((written_rv, status)) = overlay.status.get(&group.key) {
+                        if rv_number(&obj.metadata) < *written_rv {
+                            group.status = status.clone();
+                        } else {
+                            overlay.status.remove(&group.key);
+                        }
+                    }
+                    groups.insert(group.key.clone(), group);
+                }
+                Err(e) => Self::tell_skipped(
+                    converted,
+                    (regarding, &obj.metadata),
+                    &e,
+                    "its pods are not placed until it is fixed",
+                ),
+            }
         }
+        groups.into_values().collect()
+    }
+
+    /// The Queues that read, sorted by name, with the implicit `default` queue.
+    fn read_queues(&self, converted: &mut Converted) -> Vec<Queue> {
+        let mut queues = Vec::new();
+        for obj in self.stores.queues.state() {
+            let mut caveats = Vec::new();
+            let regarding = Regarding::Queue(obj.metadata.name.clone().unwrap_or_default());
+            match convert::queue_from_dynamic(&obj, &mut caveats) {
+                Ok(q) => {
+                    Self::tell_caveats(converted, (&regarding, &obj.metadata), caveats);
+                    queues.push(q);
+                }
+                Err(e) => Self::tell_skipped(
+                    converted,
+                    (regarding, &obj.metadata),
+                    &e,
+                    "no PodGroup of this queue is admitted until it is fixed",
+                ),
+            }
+        }
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        // Volcano creates the `default` queue; without Volcano it is implicit, as in scenarios.
+        if !queues.iter().any(|q| q.name == DEFAULT_QUEUE) {
+            queues.insert(0, Queue::new(DEFAULT_QUEUE));
+        }
+        queues
+    }
+
+    fn read_priority_classes(&self, converted: &mut Converted) -> Vec<PriorityClass> {
+        let mut classes = Vec::new();
+        for pc in self.stores.priority_classes.state() {
+            match priority_class_from_k8s(&pc) {
+                Ok(p) => classes.push(p),
+                Err(e) => Self::tell_skipped(
+                    converted,
+                    (
+                        Regarding::PriorityClass(pc.metadata.name.clone().unwrap_or_default()),
+                        &pc.metadata,
+                    ),
+                    &e,
+                    "pods that name it are read as if it did not exist",
+                ),
+            }
+        }
+        classes
     }
 
     fn pod_key(meta: &ObjectMeta) -> String {
@@ -683,51 +794,47 @@ impl KubeCluster {
     }
 
     async fn event_async(&self, event: &Event) -> Result<(), ClusterError> {
-        let is_group = self
-            .stores
-            .pod_groups
-            .get(
-                &ObjectRef::new_with(&event.object.name, self.pod_group_resource.clone())
-                    .within(&event.object.namespace),
-            )
-            .is_some();
-        let (api_version, kind) = if is_group {
-            (format!("{VOLCANO_GROUP}/{VOLCANO_VERSION}"), "PodGroup")
-        } else {
-            ("v1".to_string(), "Pod")
+        let key = &event.object;
+        let group = self.stores.pod_groups.get(
+            &ObjectRef::new_with(&key.name, self.pod_group_resource.clone()).within(&key.namespace),
+        );
+        let (regarding, uid) = match group {
+            Some(pg) => (Regarding::PodGroup(key.clone()), pg.metadata.uid.clone()),
+            None => {
+                let pod = self
+                    .stores
+                    .pods
+                    .get(&ObjectRef::new(&key.name).within(&key.namespace));
+                let uid = pod.and_then(|p| p.metadata.uid.clone());
+                (Regarding::Pod(key.clone()), uid)
+            }
         };
+        let text = EventText {
+            action: "Scheduling",
+            kind: event.kind,
+            reason: event.reason.clone(),
+            note: event.message.clone(),
+        };
+        self.post_event(&regarding, uid.as_deref(), &text).await
+    }
+
+    async fn post_event(
+        &self,
+        regarding: &Regarding,
+        uid: Option<&str>,
+        text: &EventText,
+    ) -> Result<(), ClusterError> {
         let now = k8s_openapi::jiff::Timestamp::now();
+        // Unique names within one nanosecond too.
         let seq = self.event_seq.fetch_add(1, Ordering::Relaxed);
         let now = now
             .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(i64::from(
                 seq % 1000,
             )))
             .unwrap_or(now);
-        let body = events::Event {
-            metadata: ObjectMeta {
-                // `name.<hex time>` as kubectl's recorder does: generateName must itself be a
-                // valid name for Events.
-                name: Some(format!("{}.{:x}", event.object.name, now.as_nanosecond())),
-                namespace: Some(event.object.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(now)),
-            action: Some("Scheduling".into()),
-            reason: Some(event.reason.clone()),
-            note: Some(truncate(&event.message, 1000)),
-            type_: Some(event.kind.to_string()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.options.instance.clone()),
-            regarding: Some(core::ObjectReference {
-                api_version: Some(api_version),
-                kind: Some(kind.into()),
-                name: Some(event.object.name.clone()),
-                namespace: Some(event.object.namespace.clone()),
-                ..core::ObjectReference::default()
-            }),
-            ..events::Event::default()
-        };
-        let api: Api<events::Event> = Api::namespaced(self.client.clone(), &event.object.namespace);
+        let body = event_body(regarding, uid, text, &self.options.instance, now);
+        let api: Api<events::Event> =
+            Api::namespaced(self.client.clone(), regarding.event_namespace());
         let post = PostParams::default();
         with_retry(&self.report_limiter, &self.options.retry, || {
             api.create(&post, &body)
@@ -735,12 +842,49 @@ impl KubeCluster {
         .await
         .map(|_| ())
         .map_err(|e| {
-            ClusterError::Refused(format!(
-                "recording event on {}: {}",
-                event.object,
-                describe(&e)
-            ))
+            ClusterError::Refused(format!("recording event on {regarding}: {}", describe(&e)))
         })
+    }
+
+    /// Writes up to `max` of the object warnings not yet written (oldest first) as Warning
+    /// Events, [`KubeOptions::bind_workers`] in flight at most, through the reporting
+    /// bucket; returns how many it tried and the failures. Warnings dropped unwritten under
+    /// a flood are logged.
+    pub fn write_object_warnings(&self, max: usize) -> (usize, Vec<ClusterError>) {
+        let (warnings, dropped) = self
+            .converted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .warnings
+            .take(max);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "object warnings dropped unwritten (a flood of malformed objects); each was logged"
+            );
+        }
+        let workers = self.options.bind_workers.max(1);
+        let warnings = &warnings;
+        let failed = self.block_on(async move {
+            futures::stream::iter(warnings.iter().map(|w| async move {
+                self.post_event(&w.regarding, w.uid.as_deref(), &w.text())
+                    .await
+            }))
+            .buffer_unordered(workers)
+            .filter_map(|r| async move { r.err() })
+            .collect()
+            .await
+        });
+        (warnings.len(), failed)
+    }
+
+    /// Forgets the object warnings not yet written: another replica writes them.
+    pub fn discard_object_warnings(&self) {
+        self.converted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .warnings
+            .discard();
     }
 
     /// Writes PodGroup statuses, then Events, [`KubeOptions::bind_workers`] requests in
@@ -794,6 +938,11 @@ impl Drop for KubeCluster {
     }
 }
 
+/// An object's resourceVersion as text ("" when unset).
+fn version_of(meta: &ObjectMeta) -> &str {
+    meta.resource_version.as_deref().unwrap_or_default()
+}
+
 fn rv_number(meta: &ObjectMeta) -> u64 {
     meta.resource_version
         .as_deref()
@@ -833,10 +982,11 @@ impl Cluster for KubeCluster {
                     converted.nodes.insert(name, (rv, node.clone()));
                     out.nodes.push(node);
                 }
-                Err(e) => self.warn_once(
+                Err(e) => Self::tell_skipped(
                     &mut converted,
-                    format!("Node {name}@{rv}: {e}"),
-                    "skipping a node that cannot be read",
+                    (Regarding::Node(name), &n.metadata),
+                    &e,
+                    "no pod is placed on this node until it is fixed",
                 ),
             }
         }
@@ -860,10 +1010,16 @@ impl Cluster for KubeCluster {
                         pod
                     }
                     Err(e) => {
-                        self.warn_once(
+                        let regarding = Regarding::Pod(ObjectKey::new(
+                            p.metadata.namespace.as_deref().unwrap_or("default"),
+                            p.metadata.name.as_deref().unwrap_or(""),
+                        ));
+                        Self::tell_skipped(
                             &mut converted,
-                            format!("Pod {key}@{rv}: {e}"),
-                            "skipping a pod that cannot be read",
+                            (regarding, &p.metadata),
+                            &e,
+                            "if phalanx schedules it, it stays pending until it is fixed; \
+                             if another scheduler does, its resources are not accounted",
                         );
                         continue;
                     }
@@ -887,67 +1043,9 @@ impl Cluster for KubeCluster {
         overlay.bound.retain(|k, _| live.contains(&k.to_string()));
         out.pods.sort_by(|a, b| a.key.cmp(&b.key));
 
-        let mut groups = BTreeMap::new();
-        for obj in self.stores.pod_groups.state() {
-            let mut warnings = Vec::new();
-            let key = Self::pod_key(&obj.metadata);
-            match pod_group_from_dynamic(&obj, &mut warnings) {
-                Ok(mut group) => {
-                    if let Some((written_rv, status)) = overlay.status.get(&group.key) {
-                        if rv_number(&obj.metadata) < *written_rv {
-                            group.status = status.clone();
-                        } else {
-                            overlay.status.remove(&group.key);
-                        }
-                    }
-                    groups.insert(group.key.clone(), group);
-                }
-                Err(e) => {
-                    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
-                    self.warn_once(
-                        &mut converted,
-                        format!("PodGroup {key}@{rv}: {e}"),
-                        "skipping a PodGroup that cannot be read",
-                    );
-                }
-            }
-        }
-        out.pod_groups = groups.into_values().collect();
-
-        for obj in self.stores.queues.state() {
-            let mut warnings = Vec::new();
-            match convert::queue_from_dynamic(&obj, &mut warnings) {
-                Ok(q) => out.queues.push(q),
-                Err(e) => {
-                    let name = obj.metadata.name.clone().unwrap_or_default();
-                    let rv = obj.metadata.resource_version.clone().unwrap_or_default();
-                    self.warn_once(
-                        &mut converted,
-                        format!("Queue {name}@{rv}: {e}"),
-                        "skipping a Queue that cannot be read",
-                    );
-                }
-            }
-        }
-        out.queues.sort_by(|a, b| a.name.cmp(&b.name));
-        // Volcano creates the `default` queue; without Volcano it is implicit, as in scenarios.
-        if !out.queues.iter().any(|q| q.name == DEFAULT_QUEUE) {
-            out.queues.insert(0, Queue::new(DEFAULT_QUEUE));
-        }
-
-        for pc in self.stores.priority_classes.state() {
-            match priority_class_from_k8s(&pc) {
-                Ok(p) => out.priority_classes.push(p),
-                Err(e) => {
-                    let name = pc.metadata.name.clone().unwrap_or_default();
-                    self.warn_once(
-                        &mut converted,
-                        format!("PriorityClass {name}: {e}"),
-                        "skipping a PriorityClass that cannot be read",
-                    );
-                }
-            }
-        }
+        out.pod_groups = self.read_pod_groups(&mut converted, &mut overlay);
+        out.queues = self.read_queues(&mut converted);
+        out.priority_classes = self.read_priority_classes(&mut converted);
         out
     }
 
@@ -993,16 +1091,4 @@ impl Cluster for KubeCluster {
             ))),
         }
     }
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary (the Events API limits `note`).
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }

@@ -29,16 +29,17 @@ use ::kube::runtime::watcher;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use metrics::counter;
 use serde_json::json;
 use tokio::runtime::Handle;
 
 use crate::cluster::kube::{
-    REPORTING_CONTROLLER, describe, spawn_stream, status_code, volcano_resource,
+    EventText, Regarding, describe, event_body, spawn_stream, status_code, volcano_resource,
 };
 use crate::manifest::volcano::job::{JOB_NAME_KEY, VolcanoJob};
 use crate::manifest::volcano::{ExpandedJob, expand_job, job_min_resources};
+use crate::model::ObjectKey;
 use objects::{JOB_GROUP, JOB_VERSION, controlling_job, owner_reference};
 use state::{JobShape, JobState, Phase, PodPhase, PodView};
 
@@ -423,30 +424,15 @@ impl JobController {
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
         let name = meta.name.clone().unwrap_or_default();
         tracing::warn!(job = %format!("{namespace}/{name}"), reason, note, "Job not acted on as written");
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let body = events::Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                namespace: Some(namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(now)),
-            action: Some("Expand".into()),
-            reason: Some(reason.into()),
-            note: Some(note.chars().take(1000).collect()),
-            type_: Some("Warning".into()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.instance.clone()),
-            regarding: Some(core::ObjectReference {
-                api_version: Some(format!("{JOB_GROUP}/{JOB_VERSION}")),
-                kind: Some("Job".into()),
-                name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
-                uid: meta.uid.clone(),
-                ..core::ObjectReference::default()
-            }),
-            ..events::Event::default()
+        let regarding = Regarding::Job(ObjectKey::new(&namespace, &name));
+        let text = EventText {
+            action: "Expand",
+            kind: "Warning",
+            reason: reason.into(),
+            note: note.into(),
         };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let body = event_body(&regarding, meta.uid.as_deref(), &text, &self.instance, now);
         let api: Api<events::Event> = Api::namespaced(self.client.clone(), &namespace);
         if let Err(e) = api.create(&PostParams::default(), &body).await {
             tracing::warn!(job = %name, error = %describe(&e), "recording the Job's warning Event failed");
