@@ -13,6 +13,8 @@ mod cli;
 mod cli_bounded_runs;
 #[path = "cli_explain_and_fairness.rs"]
 mod cli_explain_and_fairness;
+#[path = "coord_tls.rs"]
+mod coord_tls;
 #[path = "crds.rs"]
 mod crds;
 #[path = "failover.rs"]

@@ -19,7 +19,9 @@ use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
 
 /// The DNS SAN that names replica `id` in its certificate.
 pub fn replica_name(id: u64) -> String {
@@ -328,4 +330,31 @@ pub fn cert_dns_names(certs: Option<&[CertificateDer<'static>]>) -> Vec<String> 
         |_| Vec::new(),
         |cert| cert.valid_dns_names().map(str::to_string).collect(),
     )
+}
+
+/// Refuses `request` (PERMISSION_DENIED) unless the caller's certificate names one of the
+/// replicas `allowed` (`role` says who they are), naming the SANs found and those expected.
+/// Every gRPC service of a replica checks callers through this (Raft, the ledger, the
+/// 2PC coordinator): a certificate of the CA proves only that the
+/// CA issued it, and an operator's or a tool's is signed by the same CA as a replica's.
+pub fn require_caller_among<T>(
+    request: &Request<T>,
+    allowed: &[u64],
+    role: &str,
+) -> Result<(), Status> {
+    // `Request::peer_certs` is compiled only with tonic's own TLS features; `incoming`
+    // serves `tokio_rustls` streams, whose connect info carries the same chain.
+    let certs = request
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(TlsConnectInfo::peer_certs);
+    let certs = certs.as_deref().map(Vec::as_slice);
+    if allowed.iter().any(|id| cert_names_replica(certs, *id)) {
+        return Ok(());
+    }
+    let expected: Vec<String> = allowed.iter().map(|id| replica_name(*id)).collect();
+    Err(Status::permission_denied(format!(
+        "the caller's certificate names the DNS SANs {:?}, not {role} (expected one of {expected:?})",
+        cert_dns_names(certs)
+    )))
 }

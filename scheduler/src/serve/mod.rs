@@ -235,6 +235,21 @@ pub use crate::observe::name as metric;
 
 /// Runs one replica until SIGTERM or SIGINT (then stops its ledger replica and returns
 /// `Ok`), or fails to start.
+/// The voters and learners of the ledger group as `raft` has applied them: who may send
+/// this replica 2PC messages under mutual TLS (the same rule as proposing to the ledger).
+fn raft_members(raft: phalanx_statestore::raft_types::Raft) -> crate::coord::service::Members {
+    crate::coord::service::Members(Arc::new(move || {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect()
+    }))
+}
+
 /// Object warnings per period the leader writes as Events at most, so a flood of hostile
 /// objects delays the loop by a bounded number of (rate-limited) writes.
 const OBJECT_WARNINGS_PER_PERIOD: usize = 20;
@@ -379,6 +394,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
                 addr,
                 opts.coord_peers.clone(),
                 transport.clone(),
+                raft_members(replica.raft().clone()),
             )
             .map_err(|e| ServeError::Start(format!("--coord-listen {addr}: {e}")))?;
             tracing::info!(addr = %tp.addr(), "serving the CoordinatorService");

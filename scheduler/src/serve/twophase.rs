@@ -38,7 +38,9 @@ use super::ledger::ServeLedger;
 use super::metric;
 use crate::cluster::ClusterSnapshot;
 use crate::cluster::kube::KubeCluster;
-use crate::coord::service::{CoordClient, CoordMessage, CoordServer, SharedCoordinators, lock};
+use crate::coord::service::{
+    CoordClient, CoordMessage, CoordServer, Members, SharedCoordinators, lock,
+};
 use crate::coord::{
     CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
     ParticipantConfig, ParticipantEvent, TxnOutcome, recovered_txns,
@@ -109,19 +111,22 @@ fn now_ms() -> u64 {
 
 impl TwoPhase {
     /// Serves the CoordinatorService on `listen`; `peers` are the other replicas' service
-    /// addresses (this one's may be among them).
+    /// addresses (this one's may be among them). Under mutual TLS only `senders` (the Raft
+    /// members) may send it messages.
     pub fn start(
         handle: Handle,
         id: ReplicaId,
         listen: SocketAddr,
         peers: BTreeMap<ReplicaId, String>,
         transport: Transport,
+        senders: Members,
     ) -> std::io::Result<Self> {
         let coords: SharedCoordinators = Arc::new(Mutex::new(BTreeMap::new()));
         let server = handle.block_on(CoordServer::start_over(
             listen,
             coords.clone(),
             transport.clone(),
+            Some(senders),
         ))?;
         Ok(Self {
             handle,

@@ -264,25 +264,29 @@ pub fn tls_flags(dir: &Path, id: u64) -> Vec<String> {
     ]
 }
 
-/// A ledger client of the replicas at `raft` that speaks their mutual TLS, with the
-/// certificate [`tls_flags`] made for replica `as_id` (the ledger service takes any client
-/// certificate of the CA; only Raft RPCs must match the id they claim).
-pub fn ledger_client(
-    dir: &Path,
-    raft: &BTreeMap<u64, String>,
-    as_id: u64,
-) -> phalanx_statestore::LedgerClient {
-    tls_flags(dir, as_id);
+/// The mutual TLS of replica `id`, with the certificate [`tls_flags`] made for it.
+pub fn tls_transport(dir: &Path, id: u64) -> phalanx_statestore::Transport {
+    tls_flags(dir, id);
     let tls = dir.join("tls");
-    let name = format!("replica-{as_id}");
+    let name = format!("replica-{id}");
     let state = phalanx_statestore::TlsState::load(phalanx_statestore::TlsFiles {
         cert: tls.join(format!("{name}.crt")),
         key: tls.join(format!("{name}.key")),
         ca: tls.join("ca.crt"),
     })
     .expect("the testbed's certificates load");
-    phalanx_statestore::LedgerClient::new(raft.clone())
-        .with_transport(phalanx_statestore::Transport::Tls(state))
+    phalanx_statestore::Transport::Tls(state)
+}
+
+/// A ledger client of the replicas at `raft` that speaks their mutual TLS, with the
+/// certificate [`tls_flags`] made for replica `as_id` (a member's, so it may propose as
+/// well as read).
+pub fn ledger_client(
+    dir: &Path,
+    raft: &BTreeMap<u64, String>,
+    as_id: u64,
+) -> phalanx_statestore::LedgerClient {
+    phalanx_statestore::LedgerClient::new(raft.clone()).with_transport(tls_transport(dir, as_id))
 }
 
 /// One `phalanx serve` replica `id` listening at `raft[id]` with `--peers` = all of `raft`,

@@ -13,13 +13,13 @@ use phalanx_proto::ledger::{
 };
 use phalanx_proto::raft::raft_service_server::RaftService;
 use phalanx_proto::raft::{Encoding, RaftReply, RaftRequest};
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::{Request, Response, Status};
 
 use super::MAX_PROPOSAL_BYTES;
 use super::wire::{self, WireError};
 use crate::raft_types::{EncodedBatch, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft};
 use crate::state_machine::LedgerReader;
+use crate::tls::require_caller_among;
 
 /// A message that does not decode: INVALID_ARGUMENT with the field it fails at.
 pub(crate) fn bad_request(e: WireError) -> Status {
@@ -39,38 +39,6 @@ fn hint(f: &ForwardToLeader<NodeId, BasicNode>) -> LeaderHint {
             .map(|n| n.addr.clone())
             .unwrap_or_default(),
     }
-}
-
-/// Refuses `request` (PERMISSION_DENIED) unless the caller's certificate names one of the
-/// replicas `allowed` (`role` says who they are), naming the SANs found and those expected.
-/// Both services check callers through this: a certificate of the CA proves only that the
-/// CA issued it, and an operator's or a tool's is signed by the same CA as a replica's.
-fn require_caller_among<T>(
-    request: &Request<T>,
-    allowed: &[NodeId],
-    role: &str,
-) -> Result<(), Status> {
-    // `Request::peer_certs` is compiled only with tonic's own TLS features; tls.rs
-    // serves `tokio_rustls` streams, whose connect info carries the same chain.
-    let certs = request
-        .extensions()
-        .get::<TlsConnectInfo<TcpConnectInfo>>()
-        .and_then(TlsConnectInfo::peer_certs);
-    let certs = certs.as_deref().map(Vec::as_slice);
-    if allowed
-        .iter()
-        .any(|id| crate::tls::cert_names_replica(certs, *id))
-    {
-        return Ok(());
-    }
-    let expected: Vec<String> = allowed
-        .iter()
-        .map(|id| crate::tls::replica_name(*id))
-        .collect();
-    Err(Status::permission_denied(format!(
-        "the caller's certificate names the DNS SANs {:?}, not {role} (expected one of {expected:?})",
-        crate::tls::cert_dns_names(certs)
-    )))
 }
 
 /// Peer-facing Raft RPCs.

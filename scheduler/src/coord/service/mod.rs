@@ -4,6 +4,7 @@
 //! ```text
 //!  sender (runtime)                     receiver replica
 //!  CoordClient::send(CoordMessage) ──►  CoordServer: decode (INVALID_ARGUMENT naming the field)
+//!                                       ├─ TLS: certificate names no member?  PERMISSION_DENIED
 //!                                       ├─ refusing (paused, cut off)?  UNAVAILABLE
 //!                                       ├─ owns route.shard at route.epoch?  else FAILED_PRECONDITION
 //!                                       └─ queue the Delivery (a CoordEvent / ParticipantEvent)
@@ -36,6 +37,7 @@ use phalanx_proto::coord::coordinator_service_server::{
 };
 use phalanx_statestore::Transport;
 use phalanx_statestore::ledger::ShardId;
+use phalanx_statestore::tls::require_caller_among;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tonic::transport::server::TcpIncoming;
@@ -58,6 +60,17 @@ pub fn lock(coordinators: &SharedCoordinators) -> MutexGuard<'_, BTreeMap<ShardI
 /// Requests larger than this are refused (a prepare of a 64-pod gang part is a few KiB).
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
+/// The replica ids that may send 2PC messages, asked at each request: in `serve`, the
+/// members of the ledger's Raft group as this replica has applied them.
+#[derive(Clone)]
+pub struct Members(pub Arc<dyn Fn() -> Vec<u64> + Send + Sync>);
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Members").field(&(self.0)()).finish()
+    }
+}
+
 /// What the server shares with the runtime that owns it.
 #[derive(Debug)]
 struct Inbox {
@@ -65,9 +78,25 @@ struct Inbox {
     queue: Mutex<VecDeque<Delivery>>,
     /// `Some(why)`: every request is answered UNAVAILABLE (a paused or cut-off replica).
     refusing: Mutex<Option<String>>,
+    /// Under mutual TLS: only a caller whose certificate names one of these may send.
+    senders: Option<Members>,
 }
 
 impl Inbox {
+    /// Refuses (PERMISSION_DENIED) a caller whose certificate names no member: any holder
+    /// of a certificate of the CA (an operator's, a tool's) could otherwise commit or abort
+    /// other replicas' transactions.
+    fn check_caller<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let Some(members) = &self.senders else {
+            return Ok(());
+        };
+        require_caller_among(
+            request,
+            &(members.0)(),
+            "a member of the ledger's Raft group (only replicas send 2PC messages)",
+        )
+    }
+
     fn check_serving(&self) -> Result<(), Status> {
         match &*self.refusing.lock().unwrap_or_else(PoisonError::into_inner) {
             Some(why) => Err(Status::unavailable(why.clone())),
@@ -117,6 +146,7 @@ impl CoordinatorService for CoordGrpc {
         &self,
         request: Request<pb::PrepareRequest>,
     ) -> Result<Response<pb::Ack>, Status> {
+        self.inbox.check_caller(&request)?;
         self.inbox
             .accept(wire::prepare_from_wire(request.get_ref()))
     }
@@ -125,6 +155,7 @@ impl CoordinatorService for CoordGrpc {
         &self,
         request: Request<pb::PrepareReplyRequest>,
     ) -> Result<Response<pb::Ack>, Status> {
+        self.inbox.check_caller(&request)?;
         self.inbox.accept(wire::reply_from_wire(request.get_ref()))
     }
 
@@ -132,6 +163,7 @@ impl CoordinatorService for CoordGrpc {
         &self,
         request: Request<pb::DecideRequest>,
     ) -> Result<Response<pb::Ack>, Status> {
+        self.inbox.check_caller(&request)?;
         self.inbox.accept(wire::decide_from_wire(request.get_ref()))
     }
 
@@ -139,6 +171,7 @@ impl CoordinatorService for CoordGrpc {
         &self,
         request: Request<pb::QueryRequest>,
     ) -> Result<Response<pb::QueryReply>, Status> {
+        self.inbox.check_caller(&request)?;
         self.inbox.check_serving()?;
         let r = request.get_ref();
         let route = wire::route_from_wire(r.route.as_ref())
@@ -171,22 +204,27 @@ impl CoordServer {
         addr: SocketAddr,
         coordinators: SharedCoordinators,
     ) -> std::io::Result<Self> {
-        Self::start_over(addr, coordinators, Transport::Plaintext).await
+        Self::start_over(addr, coordinators, Transport::Plaintext, None).await
     }
 
     /// [`start`](Self::start) over `transport`: under mutual TLS a caller without a
-    /// certificate of the CA is refused in the handshake.
+    /// certificate of the CA is refused in the handshake, and with `senders`, one whose
+    /// certificate names none of them is refused each request (PERMISSION_DENIED).
     pub async fn start_over(
         addr: SocketAddr,
         coordinators: SharedCoordinators,
         transport: Transport,
+        senders: Option<Members>,
     ) -> std::io::Result<Self> {
+        // Plaintext callers have no certificate: a sender check would refuse them all.
+        let senders = senders.filter(|_| transport.is_tls());
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let inbox = Arc::new(Inbox {
             coordinators,
             queue: Mutex::new(VecDeque::new()),
             refusing: Mutex::new(None),
+            senders,
         });
         let service = CoordinatorServiceServer::new(CoordGrpc {
             inbox: Arc::clone(&inbox),
