@@ -78,11 +78,12 @@ pub const ALL_KINDS: [FaultKind; 16] = [
 
 /// The kinds of `--matrix ci`: the pid and API-server faults, `follower-power-loss` and
 /// `snapshot-catchup` (which runs every replica with a small snapshot threshold, so
-/// every case of the matrix runs under snapshot and log-compaction stress). The link faults and
-/// `hostile-objects` are in `--matrix full` and the soak only: a run with a link fault
-/// puts the link proxies between the replicas for every case, and the one such run on an
-/// unloaded enough machine has not been had yet (chaos/README.md, "Found so far"); the
-/// 10,000-pod gang takes minutes.
+/// every case of the matrix runs under snapshot and log-compaction stress). The link
+/// faults, `hostile-objects` and `membership-change` are in `--matrix full` and the soak
+/// only: a run with a link fault puts the link proxies between the replicas for every
+/// case, and the one such run on an unloaded enough machine has not been had yet
+/// (chaos/README.md, "Found so far"); the 10,000-pod gang takes minutes; a membership
+/// change's rolling restarts take 30 s or more per injection.
 pub const CI_KINDS: [FaultKind; 10] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,

@@ -31,7 +31,8 @@ use crate::report::Case;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
     /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults and
-    /// follower-power-loss) `--per-kind` times (2 by default): about 1m45 with debug binaries.
+    /// follower-power-loss, snapshot-catchup) `--per-kind` times (2 by default): about 3
+    /// min with debug binaries on a loaded 2-core machine.
     Ci,
     /// Every fault kind `--per-kind` times.
     Full,
