@@ -4,7 +4,8 @@
 //! it one at a time (followers first, the leader last), and the Raft leader follows
 //! `--peers` (scheduler/src/serve/membership.rs). Then the victim is stopped (SIGTERM)
 //! and the others restarted without it. The fault fails unless the voters follow both
-//! times, the new replica gets shards, and the victim's shards move to the others.
+//! times (within `FOLLOW_DEADLINE` each), the new replica gets shards, and the victim's
+//! shards move to the others.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -15,8 +16,11 @@ use crate::run::wait_for;
 
 /// How long one restarted replica may take to be ready again.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
-/// How long the voters and the shards may take to follow a change of `--peers`.
-const FOLLOW_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the voters and the shards may take to follow a change of `--peers`. 30 s
+/// was too short on a 2-core machine at load 9: the leader gave the new voter its first
+/// shard 32 s after it joined (seed 2, 2026-12-02); what is bounded is the harness's
+/// wait, not a figure the report claims.
+const FOLLOW_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The order of a rolling restart of `ids`: the followers, then `leader` last (one
 /// leader election per roll, as a StatefulSet's highest ordinal first does not promise).
