@@ -8,8 +8,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::catchup;
 use crate::fleet::Fleet;
 use crate::links::{Link, Links};
+use crate::membership;
 use crate::proxy::Control;
 
 /// The kinds of fault, as `--faults` and the report name them.
@@ -46,10 +48,16 @@ pub enum FaultKind {
     LinkLoss,
     /// Hostile objects created (`src/hostile.rs`), left for the rest of the run.
     HostileObjects,
+    /// SIGKILL a replica that does not lead, keep it down until the leader compacted its
+    /// log past it, restart it: it must catch up by InstallSnapshot (`src/catchup.rs`).
+    SnapshotCatchup,
+    /// A replica added under load, then another one (not the new one) removed, each by
+    /// a rolling restart with the new `--peers` (`src/membership.rs`).
+    MembershipChange,
 }
 
 /// Every kind: the soak and `--matrix full`.
-pub const ALL_KINDS: [FaultKind; 14] = [
+pub const ALL_KINDS: [FaultKind; 16] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,
     FaultKind::FollowerKill,
@@ -64,15 +72,19 @@ pub const ALL_KINDS: [FaultKind; 14] = [
     FaultKind::LinkDelay,
     FaultKind::LinkLoss,
     FaultKind::HostileObjects,
+    FaultKind::SnapshotCatchup,
+    FaultKind::MembershipChange,
 ];
 
-/// The kinds of `--matrix ci`: the pid and API-server faults and `follower-power-loss`
-/// (11 cases passed in 1m42 with debug binaries, seed 1). The link faults and
-/// `hostile-objects` are in `--matrix full` and the soak only: a run with a link fault
-/// puts the link proxies between the replicas for every case, and the one such run on an
-/// unloaded enough machine has not been had yet (chaos/README.md, "Found so far"); the
-/// 10,000-pod gang takes minutes.
-pub const CI_KINDS: [FaultKind; 9] = [
+/// The kinds of `--matrix ci`: the pid and API-server faults, `follower-power-loss` and
+/// `snapshot-catchup` (which runs every replica with a small snapshot threshold, so
+/// every case of the matrix runs under snapshot and log-compaction stress). The link
+/// faults, `hostile-objects` and `membership-change` are in `--matrix full` and the soak
+/// only: a run with a link fault puts the link proxies between the replicas for every
+/// case, and the one such run on an unloaded enough machine has not been had yet
+/// (chaos/README.md, "Found so far"); the 10,000-pod gang takes minutes; a membership
+/// change's rolling restarts take 30 s or more per injection.
+pub const CI_KINDS: [FaultKind; 10] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,
     FaultKind::FollowerKill,
@@ -82,6 +94,7 @@ pub const CI_KINDS: [FaultKind; 9] = [
     FaultKind::ApiLatency,
     FaultKind::ApiErrors,
     FaultKind::WatchCut,
+    FaultKind::SnapshotCatchup,
 ];
 
 /// The victim of the API-server faults: every replica at once (there is no replica 0).
@@ -104,6 +117,8 @@ impl FaultKind {
             Self::LinkDelay => "link-delay",
             Self::LinkLoss => "link-loss",
             Self::HostileObjects => "hostile-objects",
+            Self::SnapshotCatchup => "snapshot-catchup",
+            Self::MembershipChange => "membership-change",
         }
     }
 
@@ -203,6 +218,11 @@ impl Fault {
                 "hostile PodGroups and pods created (chaos/src/hostile.rs), watched for {} ms, left in place",
                 self.down_ms
             ),
+            FaultKind::SnapshotCatchup => format!(
+                "SIGKILL, kept down {} ms or more and until the leader's log is two snapshot intervals and {} entries past it; restarted from its data dir, it must catch up by InstallSnapshot",
+                self.down_ms, self.param
+            ),
+            FaultKind::MembershipChange => "a replica added (started with the new --peers, the others restarted with it one at a time, the leader last), then this one stopped (SIGTERM) and the others restarted without it".to_string(),
         }
     }
 }
@@ -222,7 +242,9 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], per_kind: usize, lease_ms: u64) 
         .map(|kind| {
             let down_ms = match kind {
                 FaultKind::LeaderKill => rng.random_range(lease_ms / 2..=lease_ms * 2),
-                FaultKind::OwnerKill => rng.random_range(lease_ms * 3 / 2..=lease_ms * 5 / 2),
+                FaultKind::OwnerKill | FaultKind::SnapshotCatchup => {
+                    rng.random_range(lease_ms * 3 / 2..=lease_ms * 5 / 2)
+                }
                 FaultKind::FollowerKill | FaultKind::FollowerPowerLoss => {
                     rng.random_range(100..=lease_ms / 2)
                 }
@@ -239,6 +261,8 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], per_kind: usize, lease_ms: u64) 
                     rng.random_range(lease_ms * 2..=lease_ms * 4)
                 }
                 FaultKind::HostileObjects => rng.random_range(lease_ms * 3..=lease_ms * 5),
+                // Lasts as long as its rolling restarts take.
+                FaultKind::MembershipChange => 0,
             };
             let gap_ms = rng.random_range(1000..=2500);
             // Drawn only for the proxy kinds, so the other kinds' draws stay as they were.
@@ -252,6 +276,8 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], per_kind: usize, lease_ms: u64) 
                 FaultKind::LinkLoss => (rng.random_range(20..=60), rng.random()),
                 // Draws how much of the lost tail survives torn.
                 FaultKind::FollowerPowerLoss => (0, rng.random()),
+                // Entries the leader commits past the victim beyond the minimum.
+                FaultKind::SnapshotCatchup => (rng.random_range(0..=catchup::SNAPSHOT_EVERY), 0),
                 _ => (0, 0),
             };
             Fault {
@@ -330,6 +356,8 @@ pub fn inject(
             std::thread::sleep(down.saturating_sub(t.elapsed()));
             fleet.spawn(victim).map(|()| note)
         }
+        FaultKind::SnapshotCatchup => catchup::inject(fleet, victim, f, after_hit),
+        FaultKind::MembershipChange => membership::inject(fleet, victim, after_hit),
         FaultKind::LeaderPause | FaultKind::OwnerPause => {
             fleet.replica(victim)?.sigstop()?;
             let t = Instant::now();
@@ -508,10 +536,16 @@ mod tests {
                     assert!((20..=60).contains(&f.param) && f.down_ms >= 2000, "{f:?}")
                 }
                 FaultKind::HostileObjects => assert!(f.down_ms >= 3000, "{f:?}"),
+                FaultKind::SnapshotCatchup => assert!(
+                    f.down_ms > 1000 && f.param <= catchup::SNAPSHOT_EVERY,
+                    "{f:?}"
+                ),
+                FaultKind::MembershipChange => assert_eq!(f.down_ms, 0, "{f:?}"),
             }
             let seeded = f.kind.through_proxy()
                 || f.kind.through_links()
-                || f.kind == FaultKind::FollowerPowerLoss;
+                || f.kind == FaultKind::FollowerPowerLoss
+                || f.kind == FaultKind::SnapshotCatchup;
             if !seeded {
                 assert_eq!((f.param, f.seed), (0, 0), "{f:?}");
             }

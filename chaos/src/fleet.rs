@@ -24,6 +24,8 @@ pub struct FleetConfig {
     pub shards: u32,
     pub period_ms: u64,
     pub lease_ms: u64,
+    /// `serve --snapshot-every` of every replica (serve's default when None).
+    pub snapshot_every: Option<u64>,
 }
 
 /// One replica: its addresses (kept across restarts) and its process when running.
@@ -48,6 +50,11 @@ pub struct Fleet {
     coord_via: BTreeMap<u64, String>,
     /// The link proxies' faults and pid map, when the replicas talk through them.
     pub links: Option<Arc<Links>>,
+    /// The runtime the link proxies run on (a replica added later gets its own).
+    link_rt: Option<tokio::runtime::Handle>,
+    /// The id the next added replica gets: ids are never reused, as a StatefulSet's
+    /// ordinals are not while the old pod's data dir may still be around.
+    next_id: u64,
     pub replicas: Vec<Replica>,
     /// Where make-certs.sh put the CA and every replica's certificate.
     tls_dir: PathBuf,
@@ -144,6 +151,25 @@ impl Replica {
             let _ = c.wait();
         }
         self.paused = false;
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod, and a wait for the exit (SIGKILL after `grace`).
+    pub fn terminate(&mut self, grace: Duration) -> anyhow::Result<()> {
+        let Some(mut c) = self.child.take() else {
+            return Ok(());
+        };
+        signal(c.id(), "TERM")?;
+        let t = std::time::Instant::now();
+        while c.try_wait()?.is_none() {
+            if t.elapsed() >= grace {
+                let _ = c.kill();
+                let _ = c.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.paused = false;
+        Ok(())
     }
 
     pub fn sigstop(&mut self) -> anyhow::Result<()> {
@@ -263,7 +289,9 @@ impl Fleet {
             coord,
             raft_via,
             coord_via,
+            link_rt: links.as_ref().map(|(rt, _)| (*rt).clone()),
             links: links.map(|(_, l)| l),
+            next_id: n + 1,
             replicas: Vec::new(),
             tls_dir,
         };
@@ -278,6 +306,48 @@ impl Fleet {
             fleet.spawn(id)?;
         }
         Ok(fleet)
+    }
+
+    /// A new replica (the next id) with a certificate and addresses, named in every
+    /// replica's `--peers` and `--coord-peers` from their next start on; not started.
+    pub fn add_replica(&mut self) -> anyhow::Result<u64> {
+        let id = self.next_id;
+        make_certs(&self.tls_dir, id)?;
+        let raft = BTreeMap::from([(id, format!("127.0.0.1:{}", free_port()?))]);
+        let coord = BTreeMap::from([(id, format!("127.0.0.1:{}", free_port()?))]);
+        let (raft_via, coord_via) = match (&self.link_rt, &self.links) {
+            (Some(rt), Some(l)) => (proxies(rt, l, &raft)?, proxies(rt, l, &coord)?),
+            _ => (raft.clone(), coord.clone()),
+        };
+        self.raft.extend(raft);
+        self.coord.extend(coord);
+        self.raft_via.extend(raft_via);
+        self.coord_via.extend(coord_via);
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        self.replicas.push(Replica {
+            id,
+            http,
+            child: None,
+            paused: false,
+        });
+        self.next_id += 1;
+        Ok(id)
+    }
+
+    /// Stops replica `id` (SIGTERM) and takes it out of the fleet and of every later
+    /// start's `--peers`; its log and data dir stay.
+    pub fn remove_replica(&mut self, id: u64) -> anyhow::Result<()> {
+        self.replica(id)?.terminate(Duration::from_secs(10))?;
+        self.replicas.retain(|r| r.id != id);
+        for map in [
+            &mut self.raft,
+            &mut self.coord,
+            &mut self.raft_via,
+            &mut self.coord_via,
+        ] {
+            map.remove(&id);
+        }
+        Ok(())
     }
 
     pub fn log_of(&self, id: u64) -> PathBuf {
@@ -327,6 +397,11 @@ impl Fleet {
             .args(["--coord-listen", &self.coord[&id]])
             .args(["--coord-peers", &peers(&self.coord_via)])
             .args(self.tls_flags(id))
+            .args(
+                c.snapshot_every
+                    .iter()
+                    .flat_map(|n| ["--snapshot-every".to_string(), n.to_string()]),
+            )
             .env("PHALANX_LOG", "info,openraft=error")
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))

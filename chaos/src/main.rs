@@ -3,12 +3,14 @@
 //! history, checkers over it, and a report. See chaos/README.md.
 
 mod baseline;
+mod catchup;
 mod check;
 mod faults;
 mod fleet;
 mod history;
 mod hostile;
 mod links;
+mod membership;
 mod proxy;
 mod recorder;
 mod report;
@@ -29,7 +31,8 @@ use crate::report::Case;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
     /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults and
-    /// follower-power-loss) `--per-kind` times (2 by default): about 1m45 with debug binaries.
+    /// follower-power-loss, snapshot-catchup) `--per-kind` times (2 by default): about 3
+    /// min with debug binaries on a loaded 2-core machine.
     Ci,
     /// Every fault kind `--per-kind` times.
     Full,
@@ -358,6 +361,10 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             shards: cli.shards,
             period_ms: cli.period_ms,
             lease_ms: cli.lease_ms,
+            // A run with snapshot-catchup snapshots often on every replica, all run long.
+            snapshot_every: kinds
+                .contains(&FaultKind::SnapshotCatchup)
+                .then_some(catchup::SNAPSHOT_EVERY),
         },
         warmup_ms: 5000,
         interval_ms: cli.interval_ms,
@@ -396,7 +403,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("phalanx-chaos".into(), env!("CARGO_PKG_VERSION").into()),
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
-            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms)),
+            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}{}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms, config.fleet.snapshot_every.map_or(String::new(), |n| format!(" --snapshot-every {n}")))),
             ("replica links".into(), if cli.direct_links || !kinds.iter().any(|k| k.through_links()) {
                 "direct (no link fault in this run, or --direct-links)".into()
             } else {

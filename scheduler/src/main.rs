@@ -201,6 +201,11 @@ struct ServeArgs {
     /// forwards an explain to the shard's owner, a status to the Raft leader.
     #[arg(long, default_value = "", value_name = "ID=HOST:PORT,...")]
     admin_peers: String,
+    /// The ledger replica snapshots its state and compacts its log after this many
+    /// entries since the last snapshot (10 to 1000000); a follower behind the compacted
+    /// part is caught up by the leader's snapshot.
+    #[arg(long, default_value_t = phalanx_scheduler::serve::DEFAULT_SNAPSHOT_EVERY, value_name = "ENTRIES")]
+    snapshot_every: u64,
 }
 
 /// `--tls-cert/--tls-key/--tls-ca` (all three) or `--insecure-plaintext`.
@@ -542,6 +547,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         job_controller: args.job_controller,
         admin_listen: args.admin_listen,
         admin_peers,
+        snapshot_every: args.snapshot_every,
     };
     if let Err(e) = check_sharding_flags(
         opts.shards,
@@ -661,7 +667,7 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
             args.sync_timeout_s
         ));
     }
-    Ok(())
+    phalanx_scheduler::serve::check_snapshot_every(args.snapshot_every)
 }
 
 /// Most bind requests in flight (`--bind-workers`): beyond it a replica only queues more

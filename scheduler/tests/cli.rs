@@ -214,7 +214,7 @@ fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
 #[test]
 fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
     let huge = "18446744073709551615";
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 13] = [
         (
             &["simulate", "--nodes", huge],
             "--nodes 18446744073709551615",
@@ -260,6 +260,17 @@ fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
                 "0",
             ],
             "--bind-workers 0: must be 1 to 1024",
+        ),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--insecure-plaintext",
+                "--snapshot-every",
+                "0",
+            ],
+            "--snapshot-every 0: must be 10 to 1000000",
         ),
         // Issue 17: no TLS without saying so; a TLS file is named with its flag.
         (&["serve", "--id", "1"], "--tls-cert is required"),

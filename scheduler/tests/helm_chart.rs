@@ -491,6 +491,7 @@ fn serve_flags_and_resources_follow_the_values() {
             "scheduler.kubeBurst=40",
             "scheduler.bindWorkers=48",
             "scheduler.syncTimeoutSeconds=120",
+            "scheduler.snapshotEvery=200",
             "scheduler.logLevel=debug",
             "scheduler.extraArgs[0]=--install-nothing",
             "scheduler.shards=4",
@@ -508,6 +509,7 @@ fn serve_flags_and_resources_follow_the_values() {
         "--kube-burst=40",
         "--bind-workers=48",
         "--sync-timeout-s=120",
+        "--snapshot-every=200",
         "--install-nothing",
         "--shards=4",
         "--shard-by-label=topology.kubernetes.io/zone",
@@ -612,6 +614,7 @@ fn bad_values_are_refused_with_the_key_named() {
         ("persistence.size=lots", "size"),
         ("replicaz=3", "replicaz"),
         ("scheduler.shards=0", "shards"),
+        ("scheduler.snapshotEvery=0", "snapshotEvery"),
         ("scheduler.shardByLabel=a b", "shardByLabel"),
         (
             "scheduler.shards=4,scheduler.shardLeaseMs=1500",

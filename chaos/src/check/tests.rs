@@ -324,4 +324,10 @@ fn a_bind_the_victim_sent_before_it_was_hit_is_not_its_recovery() {
     ];
     let r = recoveries(&h);
     assert_eq!(r[0].recovered_ms, Some(1200));
+    // The victim of a membership change runs until its removal: its binds count.
+    let mut h = h;
+    if let Event::FaultStart { fault, .. } = &mut h[1].event {
+        *fault = "membership-change".into();
+    }
+    assert_eq!(recoveries(&h)[0].recovered_ms, Some(18));
 }

@@ -104,6 +104,29 @@ pub struct ServeOptions {
     pub admin_listen: Option<SocketAddr>,
     /// Every replica's admin address, for forwarding to a shard's owner or the leader.
     pub admin_peers: BTreeMap<u64, String>,
+    /// The ledger replica builds a snapshot (and compacts its log) after this many
+    /// entries since the last one (`check_snapshot_every` bounds it).
+    pub snapshot_every: u64,
+}
+
+/// The ledger's default snapshot threshold, `--snapshot-every`'s default.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1000;
+
+/// `--snapshot-every` bounds. Below 10 a replica writes and fsyncs the whole ledger
+/// state for nearly every entry; above a million the log between snapshots reaches
+/// gigabytes and a restart replays all of it.
+pub const SNAPSHOT_EVERY_BOUNDS: std::ops::RangeInclusive<u64> = 10..=1_000_000;
+
+/// `--snapshot-every N` within `SNAPSHOT_EVERY_BOUNDS`, or why not, naming the flag.
+pub fn check_snapshot_every(n: u64) -> Result<(), String> {
+    if SNAPSHOT_EVERY_BOUNDS.contains(&n) {
+        return Ok(());
+    }
+    Err(format!(
+        "--snapshot-every {n}: must be {} to {} (ledger entries between snapshots)",
+        SNAPSHOT_EVERY_BOUNDS.start(),
+        SNAPSHOT_EVERY_BOUNDS.end()
+    ))
 }
 
 /// What `ShardingConfig` says about `--shards` and `--shard-by-label`.
@@ -308,7 +331,14 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             opts.id,
             &opts.data_dir,
             opts.listen,
-            &ReplicaConfig::default(),
+            &ReplicaConfig {
+                snapshot_every_entries: opts.snapshot_every,
+                // A tenth of the interval stays in the log behind each snapshot (100 at
+                // the default, the ledger's own default), so a follower a little behind
+                // is caught up by entries and one further behind by the snapshot.
+                keep_entries_after_snapshot: opts.snapshot_every / 10,
+                ..ReplicaConfig::default()
+            },
             system_clock(),
             transport.clone(),
         ))
@@ -609,6 +639,22 @@ mod tests {
         ] {
             let e = parse_peers(bad).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_threshold_outside_its_bounds_is_refused_naming_flag_and_value() {
+        for ok in [10, DEFAULT_SNAPSHOT_EVERY, 1_000_000] {
+            assert_eq!(check_snapshot_every(ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (0, "--snapshot-every 0: must be 10 to 1000000"),
+            (9, "--snapshot-every 9:"),
+            (1_000_001, "--snapshot-every 1000001:"),
+            (u64::MAX, "--snapshot-every 18446744073709551615:"),
+        ] {
+            let e = check_snapshot_every(bad).expect_err("out of bounds");
+            assert!(e.starts_with(says), "{bad}: {e}");
         }
     }
 }

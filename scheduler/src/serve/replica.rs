@@ -60,6 +60,9 @@ pub struct ShardedReplica {
     owned: BTreeMap<ShardId, Epoch>,
     /// The liveness table, while this replica leads Raft (a new one each leadership).
     watch: Option<LeaseWatch>,
+    /// The replicas the liveness table counted as running when this leader last listed
+    /// the Leases (`lead`); `None` when it does not lead.
+    running: Option<BTreeSet<ReplicaId>>,
     /// Origin of this replica's monotonic milliseconds.
     started: Instant,
     /// The 2PC between replicas, when `--coord-listen` is given.
@@ -87,6 +90,7 @@ impl ShardedReplica {
             members,
             owned: BTreeMap::new(),
             watch: None,
+            running: None,
             started: Instant::now(),
             twophase,
             admin: None,
@@ -107,11 +111,13 @@ impl ShardedReplica {
         self.members = voters;
     }
 
-    /// The replicas whose Lease this leader heard within one lease; `None` when it does
-    /// not lead.
+    /// The replicas whose Lease this leader heard within one lease of its last listing of
+    /// the Leases; `None` when it does not lead. Judged at the listing, not now: the
+    /// membership step runs after the period's cycle, and a cycle longer than the lease
+    /// (5 s cycles against a 1 s lease in a loaded chaos run, 2026-12-02) made every
+    /// replica look stopped then, so a replica added to `--peers` was never added.
     pub fn running(&self) -> Option<BTreeSet<ReplicaId>> {
-        let now = self.now_ms();
-        self.watch.as_ref().map(|w| w.running(now))
+        self.running.clone()
     }
 
     /// The shards owned now (shard -> epoch).
@@ -147,6 +153,7 @@ impl ShardedReplica {
             }
             None => {
                 self.watch = None;
+                self.running = None;
                 self.health.shard_taken();
             }
         }
@@ -167,6 +174,7 @@ impl ShardedReplica {
             Ok(listed) => watch.observe(&listed, now),
             Err(e) => tracing::warn!(error = %e, "listing the replica leases failed"),
         }
+        self.running = Some(watch.running(now));
         let state = self.ledger.read_state()?;
         for cmd in node_commands(&state, &snapshot.nodes, &self.map) {
             // One at a time: a node whose new allocatable is below its usage is refused alone.

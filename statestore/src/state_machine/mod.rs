@@ -410,8 +410,18 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         s.last_membership = meta.last_membership.clone();
         // The changes that led here are not in the snapshot: readers from before it
         // read in full.
-        s.journal.reset(meta.last_log_id.map_or(0, |l| l.index));
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        s.journal.reset(index);
         s.current_snapshot = Some(snap);
+        drop(s);
+        // Only a leader's InstallSnapshot lands here (a local build goes through
+        // `build_snapshot`): operators and phalanx-chaos's `snapshot-catchup` read this
+        // line as the proof that a follower was caught up by snapshot, not by log.
+        tracing::info!(
+            index,
+            snapshot_id = %meta.snapshot_id,
+            "installed a snapshot sent by the leader"
+        );
         Ok(())
     }
 
