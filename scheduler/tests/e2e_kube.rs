@@ -46,6 +46,14 @@ impl Env {
         )
     }
 
+    fn events_in(&self, ns: &str) -> Result<Vec<Event>, String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), ns);
+        self.rt
+            .block_on(events.list(&ListParams::default()))
+            .map(|l| l.items)
+            .map_err(|e| e.to_string())
+    }
+
     fn queues(&self) -> Api<DynamicObject> {
         Api::all_with(self.client.clone(), &volcano_resource("Queue", "queues"))
     }
@@ -378,13 +386,8 @@ const HOSTILE_QUEUES: [&str; 2] = ["e2e-hostile-negative-weight", "e2e-hostile-z
 
 /// The Warning Events phalanx wrote about `h`: their notes.
 fn warnings_about(env: &Env, h: &Hostile) -> Result<Vec<String>, String> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), &h.event_ns);
-    let list = env
-        .rt
-        .block_on(events.list(&ListParams::default()))
-        .map_err(|e| e.to_string())?;
-    Ok(list
-        .items
+    Ok(env
+        .events_in(&h.event_ns)?
         .into_iter()
         .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(h.reason))
         .filter(|e| e.reporting_controller.as_deref() == Some("phalanx.dev/scheduler"))
@@ -479,14 +482,9 @@ fn check_too_big(env: &Env) -> Check {
             "the Unschedulable message gives no numbers: {message:?}"
         ));
     }
-    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
     let note = poll(DEADLINE, "too-big: a Warning Event", || {
-        let list = env
-            .rt
-            .block_on(events.list(&ListParams::default()))
-            .map_err(|e| e.to_string())?;
-        Ok(list
-            .items
+        Ok(env
+            .events_in(&env.ns)?
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("too-big"))
             .filter(|e| e.type_.as_deref() == Some("Warning"))
