@@ -292,6 +292,19 @@ impl std::fmt::Debug for ReplicaHandle {
     }
 }
 
+/// The voters and learners of the membership `raft` has applied: the replicas that may
+/// propose to the ledger and send 2PC messages under mutual TLS (a learner's scheduler
+/// too).
+pub fn member_ids(raft: &Raft) -> Vec<NodeId> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 impl ReplicaHandle {
     /// Raft node id.
     pub fn id(&self) -> NodeId {

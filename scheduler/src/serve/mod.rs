@@ -262,14 +262,7 @@ pub use crate::observe::name as metric;
 /// this replica 2PC messages under mutual TLS (the same rule as proposing to the ledger).
 fn raft_members(raft: phalanx_statestore::raft_types::Raft) -> crate::coord::service::Members {
     crate::coord::service::Members(Arc::new(move || {
-        let metrics = raft.metrics();
-        let metrics = metrics.borrow();
-        metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| *id)
-            .collect()
+        phalanx_statestore::replica::member_ids(&raft)
     }))
 }
 

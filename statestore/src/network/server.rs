@@ -191,18 +191,9 @@ impl LedgerGrpc {
         if !self.members_only_propose {
             return Ok(());
         }
-        let members: Vec<NodeId> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| *id)
-            .collect();
         require_caller_among(
             request,
-            &members,
+            &crate::replica::member_ids(&self.raft),
             "a member of the ledger's Raft group (only replicas may propose)",
         )
     }

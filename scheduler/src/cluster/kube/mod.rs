@@ -580,13 +580,18 @@ impl KubeCluster {
         let mut groups = BTreeMap::new();
         for obj in self.stores.pod_groups.state() {
             let mut caveats = Vec::new();
-            let regarding = Regarding::PodGroup(ObjectKey::new(
-                obj.metadata.namespace.as_deref().unwrap_or("default"),
-                obj.metadata.name.as_deref().unwrap_or(""),
-            ));
+            // Built only for a warning: this loop runs over every PodGroup each cycle.
+            let regarding = || {
+                Regarding::PodGroup(ObjectKey::new(
+                    obj.metadata.namespace.as_deref().unwrap_or("default"),
+                    obj.metadata.name.as_deref().unwrap_or(""),
+                ))
+            };
             match pod_group_from_dynamic(&obj, &mut caveats) {
                 Ok(mut group) => {
-                    Self::tell_caveats(converted, (&regarding, &obj.metadata), caveats);
+                    if !caveats.is_empty() {
+                        Self::tell_caveats(converted, (&regarding(), &obj.metadata), caveats);
+                    }
                     if let Some((written_rv, status)) = overlay.status.get(&group.key) {
                         if rv_number(&obj.metadata) < *written_rv {
                             group.status = status.clone();
@@ -598,7 +603,7 @@ impl KubeCluster {
                 }
                 Err(e) => Self::tell_skipped(
                     converted,
-                    (regarding, &obj.metadata),
+                    (regarding(), &obj.metadata),
                     &e,
                     "its pods are not placed until it is fixed",
                 ),
@@ -612,15 +617,17 @@ impl KubeCluster {
         let mut queues = Vec::new();
         for obj in self.stores.queues.state() {
             let mut caveats = Vec::new();
-            let regarding = Regarding::Queue(obj.metadata.name.clone().unwrap_or_default());
+            let regarding = || Regarding::Queue(obj.metadata.name.clone().unwrap_or_default());
             match convert::queue_from_dynamic(&obj, &mut caveats) {
                 Ok(q) => {
-                    Self::tell_caveats(converted, (&regarding, &obj.metadata), caveats);
+                    if !caveats.is_empty() {
+                        Self::tell_caveats(converted, (&regarding(), &obj.metadata), caveats);
+                    }
                     queues.push(q);
                 }
                 Err(e) => Self::tell_skipped(
                     converted,
-                    (regarding, &obj.metadata),
+                    (regarding(), &obj.metadata),
                     &e,
                     "no PodGroup of this queue is admitted until it is fixed",
                 ),
