@@ -35,8 +35,13 @@ if [ "${1:-}" = --install-only ]; then
   exit 0
 fi
 
-# `--frozen`: the lock file as committed and no network (crates come from cargo's cache,
-# which the build steps filled). The advisory database is a git repository on github.com,
+# `--frozen`: the lock file as committed and no network: crates come from cargo's cache.
+# The build steps fill it only with the crates of this platform, and cargo-deny reads the
+# metadata of every platform's (windows-sys, android_system_properties, ...), so a fresh
+# machine failed here ("failed to download windows-sys", 2026-12-02) until this fetch of
+# the whole lock file, from the registry (a few seconds; nothing once cached).
+cargo fetch --locked --quiet
+# The advisory database is a git repository on github.com,
 # which the CI machine cannot reach (deny.toml, [advisories]), so it is left out unless
 # asked for, and then the network is allowed to fetch it.
 network=--frozen
