@@ -161,7 +161,10 @@ struct ServeArgs {
     #[arg(long, value_name = "KEY")]
     shard_by_label: Option<String>,
     /// A replica whose Lease has not been renewed for this long (ms, 1 to 600000, at least
-    /// twice --period-ms) loses its shards to the live replicas.
+    /// twice --period-ms) loses its shards to the live replicas. Each replica renews its
+    /// Lease every third of this on a timer of its own, not once a cycle, while its
+    /// scheduling loop shows progress (a loop stalled for ten leases, at least 60 s, lets
+    /// it lapse).
     #[arg(long, default_value_t = 3000)]
     shard_lease_ms: u64,
     /// Namespace of the replicas' Lease objects (coordination.k8s.io/v1).
@@ -599,7 +602,7 @@ fn check_sharding_flags(
     }
     if shards > 1 && lease_ms < period_ms.saturating_mul(2) {
         return Err(format!(
-            "--shard-lease-ms {lease_ms}: must be at least twice --period-ms {period_ms} (replicas heartbeat once a round; a shorter lease declares live replicas dead)"
+            "--shard-lease-ms {lease_ms}: must be at least twice --period-ms {period_ms} (liveness is read once a period: in the simulator replicas heartbeat once a round, and a shorter lease declares live replicas dead)"
         ));
     }
     Ok(())

@@ -9,6 +9,8 @@
 //! replicas=N` does: the leader adds and removes Raft members (`serve/membership.rs`).
 //! Then an owner is SIGSTOPped past its lease and continued: its shards move, a write at
 //! its lost fence is refused, and it binds nothing for a shard it no longer owns.
+//! An owner whose binds outlast its lease (90 pods at 20 writes/s) keeps its shards: its
+//! Lease is renewed apart from the cycle.
 //!
 //! Not part of `cargo test --workspace` (it needs the testbed): `.ci/run` runs it after
 //! `e2e_kube`, on the same testbed:
@@ -277,6 +279,62 @@ fn check_every_replica_binds(
             "owners {owners:?}; a gang per shard with nodes, each bound by its shard's owner; replicas {binders:?} all bound"
         ),
         owners,
+    ))
+}
+
+/// Pods of the gang whose binds outlast the lease: at the fleet's `--kube-qps 20
+/// --kube-burst 10`, 90 binds take at least (90 - 10) / 20 = 4 s, against a 3 s lease.
+const BUSY_PODS: u32 = 90;
+
+/// An owner whose bind phase outlasts its lease keeps its shards: its Lease is renewed by
+/// the keeper during the binds, so the leader moves nothing, every pod is bound by the
+/// owner, and no shard's epoch changes. Before the keeper the Lease was renewed once a
+/// period, and a period that bound for 4 s against a 3 s lease cost the owner its shards.
+fn check_busy_owner_keeps_its_shards(
+    env: &Env,
+    replicas: &[Replica],
+    pools: &BTreeMap<String, u32>,
+) -> Check {
+    let before = assignment(replicas)?.ok_or("no complete shard assignment")?;
+    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
+    let (shard, (owner, _)) = before
+        .iter()
+        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
+        .map(|(s, o)| (*s, *o))
+        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let busy = replicas
+        .iter()
+        .find(|r| r.id == owner)
+        .ok_or("owner not found")?;
+    let bind_ms = || busy.counter("phalanx_bind_latency_milliseconds_sum");
+    let (bind_ms_before, renewed_before) =
+        (bind_ms()?, busy.counter("phalanx_lease_renewals_total")?);
+    env.create_gang_of("busy", &env.queue_for(shard)?, BUSY_PODS, 0)?;
+    let by = env.wait_bound("busy")?;
+    let binding = Duration::from_secs_f64((bind_ms()? - bind_ms_before).max(0.0) / 1000.0);
+    let renewed = busy.counter("phalanx_lease_renewals_total")? - renewed_before;
+    let after = assignment(replicas)?;
+    env.delete_gang("busy", BUSY_PODS)?;
+    if binding <= Duration::from_millis(LEASE_MS) {
+        return Err(format!(
+            "binding {BUSY_PODS} pods took {:.1}s, not longer than the {LEASE_MS} ms lease: the check proves nothing",
+            binding.as_secs_f64()
+        ));
+    }
+    if after.as_ref() != Some(&before) {
+        return Err(format!(
+            "the shards moved while replica {owner} was binding for {:.1}s: {before:?} -> {after:?}",
+            binding.as_secs_f64()
+        ));
+    }
+    if by != BTreeSet::from([owner.to_string()]) {
+        return Err(format!(
+            "busy (shard {shard}, owner {owner}) was bound by {by:?}"
+        ));
+    }
+    Ok(format!(
+        "replica {owner} bound {BUSY_PODS} pods of shard {shard} for {:.1}s (lease {LEASE_MS} ms), renewing its Lease {renewed} times meanwhile; owners and epochs unchanged",
+        binding.as_secs_f64()
     ))
 }
 
@@ -770,6 +828,11 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
         &LEASE_MS.to_string(),
         "--lease-namespace",
         &env.ns,
+        // A bind budget under which one check's binds outlast the lease (BUSY_PODS).
+        "--kube-qps",
+        "20",
+        "--kube-burst",
+        "10",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -789,6 +852,10 @@ fn three_replicas_schedule_their_own_shards_and_a_killed_owners_commit_is_bound(
         Err(e) => results.push(("every replica binds its shards' gangs", Err(e))),
         Ok((detail, owners)) => {
             results.push(("every replica binds its shards' gangs", Ok(detail)));
+            results.push((
+                "an owner binding for longer than its lease keeps its shards",
+                check_busy_owner_keeps_its_shards(&env, &replicas, &pools),
+            ));
             results.push((
                 "a gang that needs more than one shard is placed by 2PC between replicas",
                 check_spanning_gang_placed_by_2pc(&env, &replicas, &owners, &pools),

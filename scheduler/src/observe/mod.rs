@@ -10,6 +10,7 @@
 
 pub mod cycle;
 pub mod fragmentation;
+pub mod progress;
 pub mod state;
 
 use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -125,6 +126,7 @@ pub mod name {
         SHARD_MOVES = "phalanx_shard_moves_total", Counter, "Shard moves the leader proposed";
         LEASE_RENEWALS = "phalanx_lease_renewals_total", Counter, "Replica lease renewals";
         LEASE_RENEW_FAILURES = "phalanx_lease_renew_failures_total", Counter, "Replica lease renewals that failed";
+        LEASE_RENEWALS_WITHHELD = "phalanx_lease_renewals_withheld_total", Counter, "Lease renewals withheld because the scheduling loop showed no progress for the stall limit";
         /// Gangs planned over pools this replica does not own alone (left pending).
         GANGS_KEPT_BACK = "phalanx_gangs_kept_back_total", Counter,
             "Gangs planned over pools this replica does not own alone";

@@ -55,8 +55,9 @@ use thiserror::Error;
 use crate::cluster::kube::{KubeCluster, KubeOptions, install_crds, install_job_crd, make_client};
 use crate::framework::SchedulerConf;
 use crate::ledger::SINGLE_SHARD;
+use crate::observe::progress::LoopProgress;
 use crate::shard::{ShardMap, ShardingConfig};
-use lease::ReplicaLeases;
+use lease::{LeaseKeeper, ReplicaLeases};
 use ledger::ServeLedger;
 use replica::ShardedReplica;
 
@@ -371,6 +372,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         &opts.scheduler_name,
         opts.shard_lease_ms,
     );
+    let progress = Arc::new(LoopProgress::new());
     let mut cluster = KubeCluster::connect(
         handle.clone(),
         kube_client,
@@ -381,6 +383,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             sync_timeout: opts.sync_timeout,
             instance: format!("phalanx-{}", opts.id),
             bound_by: Some(opts.id.to_string()),
+            progress: Some(progress.clone()),
             ..KubeOptions::default()
         },
     )?;
@@ -431,7 +434,22 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         .or_insert_with(|| opts.listen.to_string());
     let admin = start_admin(&runtime, &opts, &map, &transport)?;
     let ledger = ServeLedger::new(handle, client, SINGLE_SHARD, 0);
-    let mut me = ShardedReplica::new(opts.clone(), map, ledger, leases, health.clone(), twophase);
+    // Renewed from now on, on its own timer, while the loop below shows progress.
+    let _keeper = LeaseKeeper::start(
+        leases.clone(),
+        opts.id,
+        opts.shard_lease_ms,
+        progress.clone(),
+    );
+    let mut me = ShardedReplica::new(
+        opts.clone(),
+        map,
+        ledger,
+        leases,
+        health.clone(),
+        twophase,
+        progress,
+    );
     me.set_admin(admin.clone());
     let period = Duration::from_millis(opts.period_ms.max(10));
     let mut last_leader = None;

@@ -1,7 +1,8 @@
 //! `ShardedReplica`: what one `phalanx serve` replica does each period.
 //!
 //! ```text
-//!  renew its Lease ─▶ Raft leader? ── yes ─▶ leader duties: Leases → live replicas;
+//!  (its Lease is renewed apart, by `lease::LeaseKeeper`, while this loop shows progress)
+//!  Raft leader? ── yes ─▶ leader duties: Leases → live replicas;
 //!        │                                   ledger nodes/owners → UpsertNode/RemoveNode,
 //!        │                                   assign_shards → AssignShard{…, proposer: term}
 //!        ▼
@@ -39,6 +40,7 @@ use crate::framework::{CycleScope, GangPlacement, HomePool, run_cycle, run_cycle
 use crate::ledger::sharded::Fence;
 use crate::ledger::{LedgerBackend, LedgerError, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::ObjectKey;
+use crate::observe::progress::LoopProgress;
 use crate::shard::ShardMap;
 
 /// A gang the ledger accepted, with the fence it was committed at.
@@ -67,6 +69,8 @@ pub struct ShardedReplica {
     started: Instant,
     /// The 2PC between replicas, when `--coord-listen` is given.
     twophase: Option<TwoPhase>,
+    /// Marked at each step of a period: while it is, the Lease keeper renews the Lease.
+    progress: Arc<LoopProgress>,
     /// Where each period's view goes for the admin service (`--admin-listen`).
     admin: Option<Arc<AdminShared>>,
 }
@@ -79,6 +83,7 @@ impl ShardedReplica {
         leases: ReplicaLeases,
         health: Arc<Health>,
         twophase: Option<TwoPhase>,
+        progress: Arc<LoopProgress>,
     ) -> Self {
         let members = opts.peers.keys().copied().chain([opts.id]).collect();
         Self {
@@ -93,6 +98,7 @@ impl ShardedReplica {
             running: None,
             started: Instant::now(),
             twophase,
+            progress,
             admin: None,
         }
     }
@@ -125,16 +131,10 @@ impl ShardedReplica {
         &self.owned
     }
 
-    /// One period: renew the Lease, lead if `leading` (the Raft term this replica leads
-    /// in), then schedule the shards the ledger says this replica owns.
+    /// One period: lead if `leading` (the Raft term this replica leads in), then schedule
+    /// the shards the ledger says this replica owns.
     pub fn period(&mut self, cluster: &mut KubeCluster, leading: Option<u64>) {
-        match self.leases.renew(self.opts.id) {
-            Ok(()) => counter!(metric::LEASE_RENEWALS).increment(1),
-            Err(e) => {
-                counter!(metric::LEASE_RENEW_FAILURES).increment(1);
-                tracing::warn!(error = %e, "lease renewal failed");
-            }
-        }
+        self.progress.mark();
         let snapshot = cluster.snapshot();
         match leading {
             Some(term) => {
@@ -257,6 +257,7 @@ impl ShardedReplica {
             &owned,
         )
         .inspect_err(|e| self.drop_if_fenced(e))?;
+        self.progress.mark();
         for w in &reconciled.warnings {
             tracing::warn!("{w}");
         }
@@ -287,6 +288,7 @@ impl ShardedReplica {
                 Some(&scope),
             )
         };
+        self.progress.mark();
         let pending = (0..session.state.jobs.len())
             .filter(|j| session.in_scope(*j) && session.state.pending_tasks(*j).count() > 0)
             .count();
@@ -300,7 +302,9 @@ impl ShardedReplica {
         }
         let state = self.ledger.read_state()?;
         let (accepted, kept_back) = self.commit(&plan.gangs, &state, &snapshot);
+        self.progress.mark();
         let bound = self.bind(cluster, &accepted);
+        self.progress.mark();
         crate::observe::cycle::record_gang_scheduled(
             &session,
             accepted.iter().map(|(_, g)| &g.gang),

@@ -69,6 +69,7 @@ use crate::manifest::convert::{node_from_k8s, pod_from_k8s, priority_class_from_
 use crate::model::{
     DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroup, PodGroupStatus, PriorityClass, Queue, TimeMs,
 };
+use crate::observe::progress::LoopProgress;
 
 /// The Volcano API group and version of PodGroup and Queue.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
@@ -102,6 +103,9 @@ pub struct KubeOptions {
     /// Bind requests in flight at once (each still through the `qps` bucket); the same
     /// bound for PodGroup status writes and for Events.
     pub bind_workers: usize,
+    /// Marked as each bind ends, so that a long bind phase (thousands of pods at the
+    /// write budget) counts as progress for the Lease keeper (`serve/lease.rs`).
+    pub progress: Option<Arc<LoopProgress>>,
 }
 
 impl Default for KubeOptions {
@@ -114,6 +118,7 @@ impl Default for KubeOptions {
             instance: "phalanx".into(),
             bound_by: None,
             bind_workers: DEFAULT_BIND_WORKERS,
+            progress: None,
         }
     }
 }
@@ -506,12 +511,14 @@ impl KubeCluster {
         let todo: Vec<usize> = (0..binds.len()).filter(|&i| results[i].is_none()).collect();
         let this = &*self;
         let workers = this.options.bind_workers.max(1);
+        let progress = this.options.progress.as_deref();
         let outcomes: Vec<(usize, Result<(), ClusterError>)> = this.block_on(
             futures::stream::iter(todo.into_iter().map(|i| {
                 let (pod, node) = &binds[i];
                 async move { (i, this.bind_async(pod, node).await) }
             }))
             .buffer_unordered(workers)
+            .inspect(|_| progress.iter().for_each(|p| p.mark()))
             .collect(),
         );
         for (i, outcome) in outcomes {
