@@ -11,7 +11,7 @@ use crate::history::{Event, Record};
 /// A broken invariant, at a moment of the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
-    /// `I1`, `bound-once`, `I2`, `I3`, `I5`.
+    /// `I1`, `bound-once`, `I2`, `I3`, `I5`, `identical`.
     pub invariant: &'static str,
     pub t_ms: u64,
     pub what: String,
@@ -249,6 +249,43 @@ pub fn check_i3(
         }
     }
     out
+}
+
+/// One replica's own applied ledger, read from it alone: (last applied index, the
+/// fingerprint of its state's canonical bytes).
+pub type OwnLedger = (u64, u64);
+
+/// `identical`, once the run healed and went quiet: every replica's ledger state is
+/// byte-identical. `None` while the replicas have not all applied the same index (the
+/// states of replicas at different indexes cannot be compared: ask again); at one index,
+/// a violation naming each replica's fingerprint when they differ. Fewer than two
+/// replicas answering is a violation too: the check would compare nothing.
+pub fn check_identical(reads: &BTreeMap<u64, OwnLedger>, t_ms: u64) -> Option<Vec<Violation>> {
+    if reads.len() < 2 {
+        let what = format!(
+            "only {} replica(s) answered a local ledger read: {reads:?}",
+            reads.len()
+        );
+        return Some(vec![violation("identical", t_ms, what)]);
+    }
+    let indexes: BTreeSet<u64> = reads.values().map(|(index, _)| *index).collect();
+    if indexes.len() > 1 {
+        return None;
+    }
+    let prints: BTreeSet<u64> = reads.values().map(|(_, print)| *print).collect();
+    if prints.len() == 1 {
+        return Some(Vec::new());
+    }
+    let each: Vec<String> = reads
+        .iter()
+        .map(|(id, (_, print))| format!("replica {id} {print:016x}"))
+        .collect();
+    let index = indexes.first().copied().unwrap_or(0);
+    let what = format!(
+        "the replicas' ledgers differ at applied index {index}: {}",
+        each.join(", ")
+    );
+    Some(vec![violation("identical", t_ms, what)])
 }
 
 /// I5 for one fault: when it began, and how long until the first bind on a shard its

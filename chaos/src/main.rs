@@ -384,6 +384,12 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
         violations: o.i3.clone(),
         recovery_ms: Vec::new(),
     });
+    cases.push(Case {
+        name: "end state (the replicas' ledgers byte-identical)".to_string(),
+        injections: 0,
+        violations: o.identical.clone(),
+        recovery_ms: Vec::new(),
+    });
     println!(
         "chaos: history {} ({} records), replica logs in {}",
         history_path.display(),

@@ -145,6 +145,10 @@ fn markdown(meta: &Meta, cases: &[Case]) -> String {
     let _ = writeln!(s, "- I3: {}.", meta.i3_note);
     let _ = writeln!(
         s,
+        "- identical: once the workload stopped and every pod was deleted, each live replica's own ledger (read from it alone, not through the leader) at one applied index, with one fingerprint of its canonical state bytes."
+    );
+    let _ = writeln!(
+        s,
         "- I5: every fault followed by a bind on its shards within the limit after healing.\n"
     );
     let bad: Vec<_> = cases

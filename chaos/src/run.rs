@@ -17,7 +17,7 @@ use phalanx_statestore::LedgerClient;
 use phalanx_statestore::ledger::state::PlacementState;
 use serde_json::json;
 
-use crate::check::{LedgerPlacement, Violation, check_i3};
+use crate::check::{LedgerPlacement, Violation, check_i3, check_identical};
 use crate::faults::{self, Fault, FaultKind};
 use crate::fleet::{Fleet, FleetConfig};
 use crate::history::{Event, Record, Writer};
@@ -66,6 +66,8 @@ pub struct Outcome {
     pub harness_errors: Vec<Violation>,
     pub i3: Vec<Violation>,
     pub i3_note: String,
+    /// The replicas' ledgers compared at the end (`check::check_identical`).
+    pub identical: Vec<Violation>,
     pub stats: Arc<WorkloadStats>,
     pub api_version: String,
 }
@@ -426,6 +428,61 @@ fn end_state(ctx: &Ctx, fleet: &Fleet) -> (Vec<Violation>, String) {
     (v, note)
 }
 
+/// `identical` (`check::check_identical`) at the end, with the workload stopped and every
+/// pod deleted: each live replica's own ledger (a local read, from it alone), until they
+/// all applied one index or `deadline` passes, which is a violation too (a replica that
+/// never catches up).
+fn settle_identical(ctx: &Ctx, fleet: &Fleet, deadline: Duration) -> Vec<Violation> {
+    let ledger = match fleet.ledger_client() {
+        Ok(l) => l,
+        Err(e) => {
+            let what = format!("not checkable: the ledger client's certificates: {e}");
+            return vec![Violation {
+                invariant: "identical",
+                t_ms: ctx.clock.now_ms(),
+                what,
+            }];
+        }
+    };
+    let ids: Vec<u64> = fleet
+        .replicas
+        .iter()
+        .filter(|r| r.live())
+        .map(|r| r.id)
+        .collect();
+    let t = Instant::now();
+    let mut reads = BTreeMap::new();
+    let mut failed = BTreeMap::new();
+    loop {
+        reads.clear();
+        failed.clear();
+        for id in &ids {
+            match ctx.rt.block_on(ledger.read_local_fingerprint(*id)) {
+                Ok(r) => {
+                    reads.insert(*id, (r.applied_index, r.fingerprint));
+                }
+                Err(e) => {
+                    failed.insert(*id, e.to_string());
+                }
+            }
+        }
+        // A replica that did not answer is asked again, not left out of the comparison.
+        if let Some(v) = check_identical(&reads, ctx.clock.now_ms()).filter(|_| failed.is_empty()) {
+            return v;
+        }
+        if t.elapsed() >= deadline {
+            return vec![Violation {
+                invariant: "identical",
+                t_ms: ctx.clock.now_ms(),
+                what: format!(
+                    "the replicas never applied one index within {deadline:?} of the end (replica -> (applied index, fingerprint)): {reads:?}; reads that failed: {failed:?}"
+                ),
+            }];
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// The writer task: every record into the history file and kept for the checkers.
 async fn write_history(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Record>,
@@ -569,6 +626,7 @@ pub fn run(
         });
     }
     let (i3, i3_note) = end_state(&ctx, &fleet);
+    let identical = settle_identical(&ctx, &fleet, Duration::from_secs(30));
     // Let the watches deliver the deletions, then close the history.
     std::thread::sleep(Duration::from_secs(1));
     for w in watches {
@@ -595,6 +653,7 @@ pub fn run(
         harness_errors,
         i3,
         i3_note,
+        identical,
         stats,
         api_version,
     })

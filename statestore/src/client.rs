@@ -81,6 +81,15 @@ pub enum ClientError {
         /// Rounds tried.
         rounds: u32,
     },
+    /// A call to one given replica (not to whichever leads) failed; `id` is not in the
+    /// client's replicas, did not answer, or answered an error.
+    #[error("replica {id}: {reason}")]
+    Replica {
+        /// The replica asked.
+        id: NodeId,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// A committed batch: one response per command, and the log index.
@@ -362,10 +371,40 @@ impl LedgerClient {
         .await
     }
 
+    /// Replica `id`'s own applied index and state fingerprint, read from it alone and not
+    /// linearizable (see `ReadRequest.local`): for comparing replicas with each other.
+    pub async fn read_local_fingerprint(&self, id: NodeId) -> Result<LedgerRead, ClientError> {
+        let failed = |reason: String| ClientError::Replica { id, reason };
+        let addr = self
+            .replicas
+            .get(&id)
+            .ok_or_else(|| failed("not among the client's replicas".into()))?;
+        let mut client = self.client(id, addr).map_err(failed)?;
+        let timeout = self.config.rpc_timeout;
+        let mut req = tonic::Request::new(ReadRequest {
+            include_state: false,
+            local: true,
+        });
+        req.set_timeout(timeout);
+        let reply = tokio::time::timeout(timeout, client.read(req))
+            .await
+            .map_err(|_| failed(format!("no reply within {timeout:?}")))?
+            .map_err(|status| failed(status.to_string()))?;
+        match reply.into_inner().outcome {
+            Some(read_reply::Outcome::State(s)) => Ok(wire::ledger_read::from_wire(&s)?),
+            Some(read_reply::Outcome::Forward(_)) | None => {
+                Err(WireError::Missing("state of a local read").into())
+            }
+        }
+    }
+
     async fn read_inner(&self, include_state: bool) -> Result<LedgerRead, ClientError> {
         let timeout = self.config.rpc_timeout;
         self.with_leader(|mut client| {
-            let mut req = tonic::Request::new(ReadRequest { include_state });
+            let mut req = tonic::Request::new(ReadRequest {
+                include_state,
+                local: false,
+            });
             req.set_timeout(timeout);
             async move {
                 match tokio::time::timeout(timeout, client.read(req)).await {

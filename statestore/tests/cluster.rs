@@ -101,6 +101,17 @@ async fn assert_replicas_identical(cluster: &LocalCluster, client: &LedgerClient
         // The state can only move forward from `read`; with no writes in flight it is equal.
         let fp = r.read_local(|s, _| s.fingerprint());
         assert_eq!(fp, state.fingerprint(), "replica {id} differs");
+        // The same over gRPC, from that replica alone (what the chaos suite compares).
+        let own = client
+            .read_local_fingerprint(id)
+            .await
+            .expect("a local read");
+        assert_eq!(own.fingerprint, fp, "replica {id}'s local read");
+        assert!(
+            own.applied_index >= read.applied_index,
+            "replica {id}: {own:?}"
+        );
+        assert!(own.state.is_none());
     }
     state
 }

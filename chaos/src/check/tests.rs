@@ -331,3 +331,31 @@ fn a_bind_the_victim_sent_before_it_was_hit_is_not_its_recovery() {
     }
     assert_eq!(recoveries(&h)[0].recovered_ms, Some(18));
 }
+
+#[test]
+fn identical_ledgers_pass_and_a_planted_divergence_is_caught() {
+    let same: BTreeMap<u64, OwnLedger> =
+        BTreeMap::from([(1, (40, 0xab)), (2, (40, 0xab)), (3, (40, 0xab))]);
+    assert_eq!(check_identical(&same, 5), Some(vec![]));
+    // Planted: replica 3 applied the same entries into a different state.
+    let mut diverged = same.clone();
+    diverged.insert(3, (40, 0xcd));
+    let v = check_identical(&diverged, 5).expect("comparable at one index");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].invariant, "identical");
+    assert!(v[0].what.contains("index 40"), "{}", v[0].what);
+    assert!(
+        v[0].what.contains("replica 3 00000000000000cd"),
+        "{}",
+        v[0].what
+    );
+}
+
+#[test]
+fn ledgers_at_different_indexes_are_not_compared_and_one_replica_alone_proves_nothing() {
+    let behind = BTreeMap::from([(1, (40, 0xab)), (2, (39, 0x11))]);
+    assert_eq!(check_identical(&behind, 5), None);
+    let alone = BTreeMap::from([(1, (40, 0xab))]);
+    let v = check_identical(&alone, 5).expect("judged");
+    assert!(v[0].what.contains("only 1 replica"), "{}", v[0].what);
+}

@@ -261,8 +261,16 @@ impl LedgerService for LedgerGrpc {
         if self.isolated.load(Ordering::Relaxed) {
             return Err(Status::unavailable("replica isolated"));
         }
-        let include_state = request.get_ref().include_state;
-        let outcome = match self.raft.ensure_linearizable().await {
+        let ReadRequest {
+            include_state,
+            local,
+        } = *request.get_ref();
+        let confirmed = if local {
+            Ok(None)
+        } else {
+            self.raft.ensure_linearizable().await.map(Some)
+        };
+        let outcome = match confirmed {
             Ok(_) => {
                 let snap = self.reader.read(|state, applied| {
                     wire::ledger_read::to_wire(state, applied.map_or(0, |l| l.index), include_state)
