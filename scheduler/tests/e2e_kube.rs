@@ -359,9 +359,24 @@ fn create_hostile_objects(env: &Env) -> Result<Vec<Hostile>, String> {
         },
         Hostile {
             kind: "PodGroup",
-            event_ns: ns,
+            event_ns: ns.clone(),
             name: "too-wide",
             reason: "InvalidObject",
+            note_has: ["spec.minMember", "5000"],
+        },
+        // Each pending pod of a skipped PodGroup is told too (kubectl describe pod).
+        Hostile {
+            kind: "Pod",
+            event_ns: ns.clone(),
+            name: "malformed-0",
+            reason: "InvalidPodGroup",
+            note_has: ["spec.minMember", "-3"],
+        },
+        Hostile {
+            kind: "Pod",
+            event_ns: ns,
+            name: "too-wide-0",
+            reason: "InvalidPodGroup",
             note_has: ["spec.minMember", "5000"],
         },
         Hostile {

@@ -383,6 +383,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             sync_timeout: opts.sync_timeout,
             instance: format!("phalanx-{}", opts.id),
             bound_by: Some(opts.id.to_string()),
+            scheduler_name: Some(opts.scheduler_name.clone()),
             progress: Some(progress.clone()),
             ..KubeOptions::default()
         },

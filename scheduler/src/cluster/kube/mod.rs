@@ -39,7 +39,7 @@ pub use limiter::TokenBucket;
 use recorder::ObjectWarnings;
 pub use recorder::{
     CLUSTER_SCOPED_EVENTS_NAMESPACE, EventText, ObjectWarning, REASON_FIELD_IGNORED,
-    REASON_INVALID, Regarding, event_body,
+    REASON_INVALID, REASON_INVALID_POD_GROUP, Regarding, event_body,
 };
 pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
 
@@ -103,6 +103,9 @@ pub struct KubeOptions {
     /// Bind requests in flight at once (each still through the `qps` bucket); the same
     /// bound for PodGroup status writes and for Events.
     pub bind_workers: usize,
+    /// Pods of this scheduler get a Warning Event when their PodGroup is skipped (at most
+    /// [`POD_WARNINGS_PER_SKIPPED_GROUP`] per group); `None`: no pod does.
+    pub scheduler_name: Option<String>,
     /// Marked as each bind ends, so that a long bind phase (thousands of pods at the
     /// write budget) counts as progress for the Lease keeper (`serve/lease.rs`).
     pub progress: Option<Arc<LoopProgress>>,
@@ -118,6 +121,7 @@ impl Default for KubeOptions {
             instance: "phalanx".into(),
             bound_by: None,
             bind_workers: DEFAULT_BIND_WORKERS,
+            scheduler_name: None,
             progress: None,
         }
     }
@@ -582,9 +586,15 @@ impl KubeCluster {
         }
     }
 
-    /// The PodGroups that read, with the statuses written here that the cache lags on.
-    fn read_pod_groups(&self, converted: &mut Converted, overlay: &mut Overlay) -> Vec<PodGroup> {
+    /// The PodGroups that read, with the statuses written here that the cache lags on, and
+    /// those skipped.
+    fn read_pod_groups(
+        &self,
+        converted: &mut Converted,
+        overlay: &mut Overlay,
+    ) -> (Vec<PodGroup>, SkippedGroups) {
         let mut groups = BTreeMap::new();
+        let mut skipped = SkippedGroups::new();
         for obj in self.stores.pod_groups.state() {
             let mut caveats = Vec::new();
             // Built only for a warning: this loop runs over every PodGroup each cycle.
@@ -608,15 +618,21 @@ impl KubeCluster {
                     }
                     groups.insert(group.key.clone(), group);
                 }
-                Err(e) => Self::tell_skipped(
-                    converted,
-                    (regarding(), &obj.metadata),
-                    &e,
-                    "its pods are not placed until it is fixed",
-                ),
+                Err(e) => {
+                    let version = version_of(&obj.metadata).to_string();
+                    if let Regarding::PodGroup(key) = regarding() {
+                        skipped.insert(key, (e.to_string(), version));
+                    }
+                    Self::tell_skipped(
+                        converted,
+                        (regarding(), &obj.metadata),
+                        &e,
+                        "its pods are not placed until it is fixed",
+                    );
+                }
             }
         }
-        groups.into_values().collect()
+        (groups.into_values().collect(), skipped)
     }
 
     /// The Queues that read, sorted by name, with the implicit `default` queue.
@@ -953,6 +969,46 @@ impl Drop for KubeCluster {
 }
 
 /// An object's resourceVersion as text ("" when unset).
+/// PodGroups the snapshot skipped: key -> (why, resourceVersion).
+type SkippedGroups = BTreeMap<ObjectKey, (String, String)>;
+
+/// How many pods of one skipped PodGroup get a Warning Event of their own.
+pub const POD_WARNINGS_PER_SKIPPED_GROUP: usize = 16;
+
+/// The warning (and the version it is told once for) a pending pod of `scheduler_name`
+/// gets when its PodGroup is skipped: for the first [`POD_WARNINGS_PER_SKIPPED_GROUP`]
+/// pods of each group in the snapshot's order (`told` counts them), since the group's own
+/// Event says why and a 10,000-pod group must not crowd the other warnings out of the
+/// bounded queue. The version is the pod's and the group's, so a group broken again
+/// after a fix is told again.
+fn skipped_group_pod_warning(
+    (pod, meta): (&Pod, &ObjectMeta),
+    scheduler_name: Option<&str>,
+    skipped: &SkippedGroups,
+    told: &mut HashMap<ObjectKey, usize>,
+) -> Option<(ObjectWarning, String)> {
+    if pod.node_name.is_some() || scheduler_name != Some(pod.scheduler_name.as_str()) {
+        return None;
+    }
+    let key = ObjectKey::new(&pod.key.namespace, pod.group.as_deref()?);
+    let (error, group_version) = skipped.get(&key)?;
+    let count = told.entry(key.clone()).or_default();
+    if *count >= POD_WARNINGS_PER_SKIPPED_GROUP {
+        return None;
+    }
+    *count += 1;
+    let warning = ObjectWarning {
+        regarding: Regarding::Pod(pod.key.clone()),
+        uid: meta.uid.clone(),
+        reason: REASON_INVALID_POD_GROUP,
+        message: format!(
+            "Pod {} is not placed: its PodGroup {key} is skipped ({error}); it is placed once the PodGroup is fixed",
+            pod.key
+        ),
+    };
+    Some((warning, format!("{}/{group_version}", version_of(meta))))
+}
+
 fn version_of(meta: &ObjectMeta) -> &str {
     meta.resource_version.as_deref().unwrap_or_default()
 }
@@ -1007,6 +1063,10 @@ impl Cluster for KubeCluster {
         converted.nodes.retain(|k, _| live.contains(k));
         out.nodes.sort_by(|a, b| a.name.cmp(&b.name));
 
+        // Before the pods: a pending pod of a skipped PodGroup is told so.
+        let (pod_groups, skipped) = self.read_pod_groups(&mut converted, &mut overlay);
+        out.pod_groups = pod_groups;
+        let mut told = HashMap::new();
         let mut live = HashSet::new();
         for p in self.stores.pods.state() {
             let key = Self::pod_key(&p.metadata);
@@ -1039,6 +1099,16 @@ impl Cluster for KubeCluster {
                     }
                 },
             };
+            if !skipped.is_empty()
+                && let Some((warning, version)) = skipped_group_pod_warning(
+                    (pod.as_ref(), &p.metadata),
+                    self.options.scheduler_name.as_deref(),
+                    &skipped,
+                    &mut told,
+                )
+            {
+                converted.warnings.tell(warning, &version);
+            }
             // A bind made here that the cache does not show yet.
             match (overlay.bound.get(&pod.key), &pod.node_name) {
                 (Some(node), None) => {
@@ -1057,7 +1127,6 @@ impl Cluster for KubeCluster {
         overlay.bound.retain(|k, _| live.contains(&k.to_string()));
         out.pods.sort_by(|a, b| a.key.cmp(&b.key));
 
-        out.pod_groups = self.read_pod_groups(&mut converted, &mut overlay);
         out.queues = self.read_queues(&mut converted);
         out.priority_classes = self.read_priority_classes(&mut converted);
         out
@@ -1104,5 +1173,78 @@ impl Cluster for KubeCluster {
                 describe(&e)
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(name: &str, group: &str, scheduler: &str) -> (Pod, ObjectMeta) {
+        let mut pod = Pod::new(
+            ObjectKey::new("ns", name),
+            crate::model::Resources::default(),
+        );
+        pod.group = Some(group.to_string());
+        pod.scheduler_name = scheduler.to_string();
+        let meta = ObjectMeta {
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some("7".into()),
+            ..ObjectMeta::default()
+        };
+        (pod, meta)
+    }
+
+    #[test]
+    fn pending_pods_of_a_skipped_pod_group_are_told_up_to_the_bound_per_group() {
+        let skipped = SkippedGroups::from([(
+            ObjectKey::new("ns", "broken"),
+            (
+                "spec.minMember: -3 is not in 0..=100000".to_string(),
+                "41".to_string(),
+            ),
+        )]);
+        let mut told = HashMap::new();
+        let mut warned = Vec::new();
+        for i in 0..POD_WARNINGS_PER_SKIPPED_GROUP + 4 {
+            let (pod, meta) = pending(&format!("broken-{i}"), "broken", "phalanx");
+            let w = skipped_group_pod_warning((&pod, &meta), Some("phalanx"), &skipped, &mut told);
+            warned.extend(w);
+        }
+        assert_eq!(warned.len(), POD_WARNINGS_PER_SKIPPED_GROUP);
+        let (first, version) = &warned[0];
+        assert_eq!(first.reason, REASON_INVALID_POD_GROUP);
+        assert_eq!(first.uid.as_deref(), Some("uid-broken-0"));
+        assert!(
+            first
+                .message
+                .contains("PodGroup ns/broken is skipped (spec.minMember: -3"),
+            "{}",
+            first.message
+        );
+        // Told again if the group is broken again after a fix (a new group version).
+        assert_eq!(version, "7/41");
+    }
+
+    #[test]
+    fn bound_pods_other_schedulers_pods_and_pods_of_readable_groups_are_not_told() {
+        let skipped = SkippedGroups::from([(
+            ObjectKey::new("ns", "broken"),
+            ("why".to_string(), "1".to_string()),
+        )]);
+        let mut told = HashMap::new();
+        let (mut bound, meta) = pending("a", "broken", "phalanx");
+        bound.node_name = Some("n1".into());
+        let (theirs, meta_b) = pending("b", "broken", "volcano");
+        let (fine, meta_c) = pending("c", "fine", "phalanx");
+        for (pod, meta) in [(&bound, &meta), (&theirs, &meta_b), (&fine, &meta_c)] {
+            assert!(
+                skipped_group_pod_warning((pod, meta), Some("phalanx"), &skipped, &mut told)
+                    .is_none()
+            );
+        }
+        // No scheduler name given (not serve): nobody is told.
+        let (ours, meta_d) = pending("d", "broken", "phalanx");
+        assert!(skipped_group_pod_warning((&ours, &meta_d), None, &skipped, &mut told).is_none());
     }
 }

@@ -22,6 +22,8 @@ use crate::model::ObjectKey;
 
 /// The Event reason of an object the snapshot leaves out: nothing is scheduled for it.
 pub const REASON_INVALID: &str = "InvalidObject";
+/// The Event reason on a pending pod whose PodGroup the snapshot leaves out.
+pub const REASON_INVALID_POD_GROUP: &str = "InvalidPodGroup";
 /// The Event reason of an object read with a field ignored or read otherwise than written.
 pub const REASON_FIELD_IGNORED: &str = "FieldIgnored";
 /// The namespace of the Events about cluster-scoped objects (Node, Queue, PriorityClass),
