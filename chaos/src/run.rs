@@ -233,17 +233,28 @@ fn inject_one(
         shards: shards.clone(),
     });
     let mut made = String::new();
+    let mut told = Ok(());
     let wide = config.hostile_wide_pods;
     let what = faults::inject(fleet, control, victim, f, &mut || {
         if f.kind == FaultKind::HostileObjects {
             let q = &ctx.queues[&0];
-            made = ctx
+            let created = ctx
                 .rt
-                .block_on(hostile::create(&ctx.client, &ctx.ns, q, n, wide))
-                .summary();
+                .block_on(hostile::create(&ctx.client, &ctx.ns, q, n, wide));
+            // The replicas keep scheduling meanwhile (probe below, I5 on every shard).
+            let within = Duration::from_secs(30);
+            let said = hostile::await_told(&ctx.client, &ctx.ns, &created, within);
+            made = created.summary();
+            match ctx.rt.block_on(said) {
+                Ok(said) => made = format!("{made}; {said}"),
+                Err(e) => told = Err(e),
+            }
         }
         probe(ctx, &shards, n)
     })?;
+    if let Err(e) = told {
+        anyhow::bail!("hostile objects: the replicas did not tell what they skip: {e}");
+    }
     let what = if made.is_empty() { what } else { made };
     if let Some(gone) = fleet.exited_by_themselves().first() {
         anyhow::bail!("{gone} (its log: {})", fleet.log_of(gone.0).display());
@@ -410,10 +421,22 @@ fn end_state(ctx: &Ctx, fleet: &Fleet) -> (Vec<Violation>, String) {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    if let Err(e) = ctx
-        .rt
-        .block_on(pods.delete_collection(&now, &ListParams::default()))
-    {
+    // 20,000 pods (two hostile-objects injections) take the API server longer than the
+    // client waits for one delete-collection (`ServiceError: client error (SendRequest)`,
+    // 2026-12-02), though it goes on deleting: asked again, it deletes what is left.
+    let mut deleted = Err(String::new());
+    for _ in 0..4 {
+        deleted = ctx
+            .rt
+            .block_on(pods.delete_collection(&now, &ListParams::default()))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if deleted.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    if let Err(e) = deleted {
         v.push(Violation {
             invariant: "I3",
             t_ms: ctx.clock.now_ms(),

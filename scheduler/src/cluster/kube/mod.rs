@@ -43,7 +43,7 @@ pub use recorder::{
 };
 pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,6 +162,8 @@ struct Converted {
     pods: HashMap<String, (String, Arc<Pod>)>,
     /// Objects left out or read with a caveat: told once per version.
     warnings: ObjectWarnings,
+    /// The pods told about their skipped PodGroup, per group (bounded per group).
+    skipped_told: SkippedGroupsTold,
 }
 
 /// Writes not yet seen in the caches.
@@ -971,13 +973,16 @@ impl Drop for KubeCluster {
 /// An object's resourceVersion as text ("" when unset).
 /// PodGroups the snapshot skipped: key -> (why, resourceVersion).
 type SkippedGroups = BTreeMap<ObjectKey, (String, String)>;
+/// Per skipped PodGroup: the version the pods were told about, and which pods were.
+type SkippedGroupsTold = HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>;
 
 /// How many pods of one skipped PodGroup get a Warning Event of their own.
 pub const POD_WARNINGS_PER_SKIPPED_GROUP: usize = 16;
 
 /// The warning (and the version it is told once for) a pending pod of `scheduler_name`
 /// gets when its PodGroup is skipped: for the first [`POD_WARNINGS_PER_SKIPPED_GROUP`]
-/// pods of each group in the snapshot's order (`told` counts them), since the group's own
+/// pods of each group (`told` keeps which, per group version, across snapshots: pods
+/// created later with smaller names must not add to them), since the group's own
 /// Event says why and a 10,000-pod group must not crowd the other warnings out of the
 /// bounded queue. The version is the pod's and the group's, so a group broken again
 /// after a fix is told again.
@@ -985,18 +990,25 @@ fn skipped_group_pod_warning(
     (pod, meta): (&Pod, &ObjectMeta),
     scheduler_name: Option<&str>,
     skipped: &SkippedGroups,
-    told: &mut HashMap<ObjectKey, usize>,
+    told: &mut SkippedGroupsTold,
 ) -> Option<(ObjectWarning, String)> {
     if pod.node_name.is_some() || scheduler_name != Some(pod.scheduler_name.as_str()) {
         return None;
     }
     let key = ObjectKey::new(&pod.key.namespace, pod.group.as_deref()?);
     let (error, group_version) = skipped.get(&key)?;
-    let count = told.entry(key.clone()).or_default();
-    if *count >= POD_WARNINGS_PER_SKIPPED_GROUP {
-        return None;
+    let (version, pods) = told.entry(key.clone()).or_default();
+    if version != group_version {
+        // A new version of the group (broken again after a fix): told afresh.
+        *version = group_version.clone();
+        pods.clear();
     }
-    *count += 1;
+    if !pods.contains(&pod.key) {
+        if pods.len() >= POD_WARNINGS_PER_SKIPPED_GROUP {
+            return None;
+        }
+        pods.insert(pod.key.clone());
+    }
     let warning = ObjectWarning {
         regarding: Regarding::Pod(pod.key.clone()),
         uid: meta.uid.clone(),
@@ -1066,7 +1078,7 @@ impl Cluster for KubeCluster {
         // Before the pods: a pending pod of a skipped PodGroup is told so.
         let (pod_groups, skipped) = self.read_pod_groups(&mut converted, &mut overlay);
         out.pod_groups = pod_groups;
-        let mut told = HashMap::new();
+        let mut of_skipped = BTreeMap::new();
         let mut live = HashSet::new();
         for p in self.stores.pods.state() {
             let key = Self::pod_key(&p.metadata);
@@ -1099,15 +1111,15 @@ impl Cluster for KubeCluster {
                     }
                 },
             };
-            if !skipped.is_empty()
-                && let Some((warning, version)) = skipped_group_pod_warning(
-                    (pod.as_ref(), &p.metadata),
-                    self.options.scheduler_name.as_deref(),
-                    &skipped,
-                    &mut told,
-                )
-            {
-                converted.warnings.tell(warning, &version);
+            if !skipped.is_empty() && pod.group.is_some() && pod.node_name.is_none() {
+                // Told below in name order: the caches' order changes as pods come and go,
+                // and the bound per group must pick the same pods every cycle.
+                let meta = ObjectMeta {
+                    uid: p.metadata.uid.clone(),
+                    resource_version: p.metadata.resource_version.clone(),
+                    ..ObjectMeta::default()
+                };
+                of_skipped.insert(pod.key.clone(), (pod.clone(), meta));
             }
             // A bind made here that the cache does not show yet.
             match (overlay.bound.get(&pod.key), &pod.node_name) {
@@ -1126,6 +1138,18 @@ impl Cluster for KubeCluster {
         converted.pods.retain(|k, _| live.contains(k));
         overlay.bound.retain(|k, _| live.contains(&k.to_string()));
         out.pods.sort_by(|a, b| a.key.cmp(&b.key));
+        converted
+            .skipped_told
+            .retain(|group, _| skipped.contains_key(group));
+        for (pod, meta) in of_skipped.values() {
+            let scheduler = self.options.scheduler_name.as_deref();
+            let told = &mut converted.skipped_told;
+            if let Some((warning, version)) =
+                skipped_group_pod_warning((pod, meta), scheduler, &skipped, told)
+            {
+                converted.warnings.tell(warning, &version);
+            }
+        }
 
         out.queues = self.read_queues(&mut converted);
         out.priority_classes = self.read_priority_classes(&mut converted);
@@ -1204,7 +1228,7 @@ mod tests {
                 "41".to_string(),
             ),
         )]);
-        let mut told = HashMap::new();
+        let mut told = SkippedGroupsTold::new();
         let mut warned = Vec::new();
         for i in 0..POD_WARNINGS_PER_SKIPPED_GROUP + 4 {
             let (pod, meta) = pending(&format!("broken-{i}"), "broken", "phalanx");
@@ -1224,6 +1248,31 @@ mod tests {
         );
         // Told again if the group is broken again after a fix (a new group version).
         assert_eq!(version, "7/41");
+        // A pod created later whose name sorts first is not told: the bound holds across
+        // snapshots, not only within one; the pods told before are told again (the
+        // queue's once-per-version memory drops the repeat).
+        let (early, meta) = pending("broken-", "broken", "phalanx");
+        assert!(
+            skipped_group_pod_warning((&early, &meta), Some("phalanx"), &skipped, &mut told)
+                .is_none()
+        );
+        let (again, meta) = pending("broken-0", "broken", "phalanx");
+        assert!(
+            skipped_group_pod_warning((&again, &meta), Some("phalanx"), &skipped, &mut told)
+                .is_some()
+        );
+        // A new version of the group starts afresh.
+        let fixed_then_broken = SkippedGroups::from([(
+            ObjectKey::new("ns", "broken"),
+            ("spec.minMember: -4".to_string(), "42".to_string()),
+        )]);
+        let w = skipped_group_pod_warning(
+            (&early, &meta),
+            Some("phalanx"),
+            &fixed_then_broken,
+            &mut told,
+        );
+        assert!(w.is_some_and(|(_, v)| v == "7/42"));
     }
 
     #[test]
@@ -1232,7 +1281,7 @@ mod tests {
             ObjectKey::new("ns", "broken"),
             ("why".to_string(), "1".to_string()),
         )]);
-        let mut told = HashMap::new();
+        let mut told = SkippedGroupsTold::new();
         let (mut bound, meta) = pending("a", "broken", "phalanx");
         bound.node_name = Some("n1".into());
         let (theirs, meta_b) = pending("b", "broken", "volcano");
