@@ -227,6 +227,21 @@ fn assignment_among(
     Ok(complete.then(|| owners.into_iter().map(|(s, o)| (s, o[0])).collect()))
 }
 
+/// A shard with nodes owned by a replica that does not lead Raft: (shard, (owner,
+/// epoch)), so that a fault on its owner leaves the leader's duties alone.
+fn follower_shard(
+    replicas: &[Replica],
+    owners: &Owners,
+    pools: &BTreeMap<String, u32>,
+) -> Result<(u32, (u64, u64)), String> {
+    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
+    owners
+        .iter()
+        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
+        .map(|(s, o)| (*s, *o))
+        .ok_or_else(|| "no shard with nodes owned by a replica that does not lead".to_string())
+}
+
 fn check_every_replica_binds(
     env: &Env,
     replicas: &[Replica],
@@ -296,12 +311,7 @@ fn check_busy_owner_keeps_its_shards(
     pools: &BTreeMap<String, u32>,
 ) -> Check {
     let before = assignment(replicas)?.ok_or("no complete shard assignment")?;
-    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
-    let (shard, (owner, _)) = before
-        .iter()
-        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
-        .map(|(s, o)| (*s, *o))
-        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let (shard, (owner, _)) = follower_shard(replicas, &before, pools)?;
     let busy = replicas
         .iter()
         .find(|r| r.id == owner)
@@ -411,12 +421,7 @@ fn check_owner_killed(
     pools: &BTreeMap<String, u32>,
     ledger: &LedgerClient,
 ) -> Check {
-    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
-    let (shard, (victim, epoch)) = owners
-        .iter()
-        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
-        .map(|(s, o)| (*s, *o))
-        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let (shard, (victim, epoch)) = follower_shard(replicas, owners, pools)?;
     let used = env.gpu_use()?;
     let node = pools
         .iter()
@@ -521,12 +526,7 @@ fn check_owner_paused(
         .map(|r| r.id)
         .collect();
     let owners = owners_among(replicas, &alive, true)?;
-    let leader = replicas.iter().find(|r| r.is_leader()).map(|r| r.id);
-    let (shard, (victim, epoch)) = owners
-        .iter()
-        .find(|(s, (o, _))| Some(*o) != leader && pools.values().any(|p| p == *s))
-        .map(|(s, o)| (*s, *o))
-        .ok_or("no shard with nodes owned by a replica that does not lead")?;
+    let (shard, (victim, epoch)) = follower_shard(replicas, &owners, pools)?;
     let queue = env.queue_for(shard)?;
     let at = replicas
         .iter()
