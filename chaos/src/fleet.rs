@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -95,8 +95,10 @@ fn tls_files(dir: &Path, id: u64) -> phalanx_statestore::TlsFiles {
     }
 }
 
+/// A loopback port for a process started later (below the ephemeral range: see
+/// `phalanx_scheduler::ports`).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(phalanx_scheduler::ports::free_loopback_port()?)
 }
 
 fn peers(map: &BTreeMap<u64, String>) -> String {

@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod model;
 pub mod observe;
 pub mod plugins;
+pub mod ports;
 pub mod replica;
 pub mod serve;
 pub mod shard;

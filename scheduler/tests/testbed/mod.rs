@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,11 +61,10 @@ pub fn poll<T>(
     }
 }
 
+/// A loopback port for a process started later (below the ephemeral range: see
+/// `phalanx_scheduler::ports`).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    phalanx_scheduler::ports::free_loopback_port().expect("a free loopback port")
 }
 
 /// GET over plain HTTP; (status code, body).
