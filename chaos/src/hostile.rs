@@ -240,12 +240,28 @@ async fn warnings(client: &kube::Client, ns: &str) -> Result<Vec<(String, String
         .collect())
 }
 
+/// What [`judge_told`] finds wrong: something not told yet (it may still come), or more
+/// pods told than the bound (it only grows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Untold {
+    Missing(String),
+    OverBound(String),
+}
+
+impl std::fmt::Display for Untold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing(what) | Self::OverBound(what) => f.write_str(what),
+        }
+    }
+}
+
 /// What is missing from what the replicas told about `created`, given the Warning
 /// Events `seen` (reason, uid), or too much: `Ok(())` once every object phalanx cannot
 /// read has its `InvalidObject` Event and each refused PodGroup's pods have
 /// `InvalidPodGroup` Events, one per pod, for as many pods as the bound allows and no
 /// more. Duplicates (a restarted leader tells again) are allowed.
-pub fn judge_told(created: &Created, seen: &[(String, String)]) -> Result<(), String> {
+pub fn judge_told(created: &Created, seen: &[(String, String)]) -> Result<(), Untold> {
     let by = |reason: &str| -> BTreeSet<&str> {
         seen.iter()
             .filter(|(r, _)| r == reason)
@@ -260,10 +276,10 @@ pub fn judge_told(created: &Created, seen: &[(String, String)]) -> Result<(), St
         .map(|(kind, name, _)| format!("{kind} {name}"))
         .collect();
     if !untold.is_empty() {
-        return Err(format!(
+        return Err(Untold::Missing(format!(
             "no InvalidObject Warning Event on {}",
             untold.join(", ")
-        ));
+        )));
     }
     for (group, pods) in &created.pods_of_invalid {
         let told = pods
@@ -272,15 +288,15 @@ pub fn judge_told(created: &Created, seen: &[(String, String)]) -> Result<(), St
             .count();
         let want = pods.len().min(POD_WARNINGS_PER_SKIPPED_GROUP);
         if told < want {
-            return Err(format!(
+            return Err(Untold::Missing(format!(
                 "{told} of {} pods of PodGroup {group} have an InvalidPodGroup Event; want {want}",
                 pods.len()
-            ));
+            )));
         }
         if told > want {
-            return Err(format!(
+            return Err(Untold::OverBound(format!(
                 "{told} pods of PodGroup {group} have an InvalidPodGroup Event, over the bound of {POD_WARNINGS_PER_SKIPPED_GROUP}"
-            ));
+            )));
         }
     }
     Ok(())
@@ -310,7 +326,7 @@ pub async fn await_told(
                 ));
             }
             // Too many only grows: no point waiting.
-            Err(e) if e.contains("over the bound") => return Err(e),
+            Err(e @ Untold::OverBound(_)) => return Err(e.to_string()),
             Err(e) if start.elapsed() >= within => return Err(format!("after {within:?}: {e}")),
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
         }
@@ -350,7 +366,7 @@ mod tests {
         assert_eq!(judge_told(&c, &seen), Ok(()));
         // Planted: the 1e400 pod untold.
         let missing: Vec<_> = seen.iter().filter(|(_, u)| u != "p-big").cloned().collect();
-        let e = judge_told(&c, &missing).expect_err("missing");
+        let e = judge_told(&c, &missing).expect_err("missing").to_string();
         assert!(
             e.contains("no InvalidObject Warning Event on Pod big-0"),
             "{e}"
@@ -359,12 +375,16 @@ mod tests {
         let mut extra = seen.clone();
         extra.extend(said(REASON_INVALID_POD_GROUP, ["pod-16".to_string()]));
         let e = judge_told(&c, &extra).expect_err("over the bound");
+        assert!(matches!(e, Untold::OverBound(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("17 pods of PodGroup wide") && e.contains("over the bound"),
             "{e}"
         );
         // Too few.
-        let e = judge_told(&c, &seen[..10]).expect_err("too few");
+        let e = judge_told(&c, &seen[..10])
+            .expect_err("too few")
+            .to_string();
         assert!(e.contains("of 20 pods of PodGroup wide"), "{e}");
     }
 
@@ -376,7 +396,7 @@ mod tests {
             REASON_INVALID_POD_GROUP,
             ["pod-0".to_string(), "pod-1".to_string()],
         ));
-        let e = judge_told(&c, &seen).expect_err("one untold");
+        let e = judge_told(&c, &seen).expect_err("one untold").to_string();
         assert!(e.contains("2 of 3 pods") && e.contains("want 3"), "{e}");
     }
 

@@ -979,6 +979,16 @@ type SkippedGroupsTold = HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>;
 /// How many pods of one skipped PodGroup get a Warning Event of their own.
 pub const POD_WARNINGS_PER_SKIPPED_GROUP: usize = 16;
 
+/// Whether `pod` names a PodGroup the snapshot skipped (the common case, none skipped,
+/// costs nothing).
+fn in_skipped_group(pod: &Pod, skipped: &SkippedGroups) -> bool {
+    !skipped.is_empty()
+        && pod
+            .group
+            .as_deref()
+            .is_some_and(|g| skipped.contains_key(&ObjectKey::new(&pod.key.namespace, g)))
+}
+
 /// The warning (and the version it is told once for) a pending pod of `scheduler_name`
 /// gets when its PodGroup is skipped: for the first [`POD_WARNINGS_PER_SKIPPED_GROUP`]
 /// pods of each group (`told` keeps which, per group version, across snapshots: pods
@@ -1111,7 +1121,7 @@ impl Cluster for KubeCluster {
                     }
                 },
             };
-            if !skipped.is_empty() && pod.group.is_some() && pod.node_name.is_none() {
+            if pod.node_name.is_none() && in_skipped_group(&pod, &skipped) {
                 // Told below in name order: the caches' order changes as pods come and go,
                 // and the bound per group must pick the same pods every cycle.
                 let meta = ObjectMeta {
