@@ -127,31 +127,53 @@ pub fn check_bound_once(history: &[Record]) -> Vec<Violation> {
     out
 }
 
-/// I2: no gang has between 1 and minMember-1 of its pods bound for longer than `round_ms`
-/// (a pod counts from its first bind on, so pods that finish or are deleted do not make
-/// a whole gang look partial). A gang still partial at the end of the history counts up
-/// to the last record; a deleted one up to its deletion.
+/// I2: no gang has between 1 and minMember-1 of its pods bound for longer than one bind
+/// round (`round_ms`), except that a fault extends the round: while a fault is on (the
+/// API server refusing binds, the owner of part of the gang killed or paused) no round can
+/// finish, so a gang partial when a fault begins, or partial during one, must be whole one
+/// round after the fault settled (healed, and its shards binding again: [`recoveries`]).
+/// A pod counts from its first bind on, so pods that finish or are deleted do not make a
+/// whole gang look partial. A gang still partial at the end of the history counts up to
+/// the last record; a deleted one up to its deletion. The violation lists the gang's
+/// binds (pod, time, replica) and any fault that extended its round.
 pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
+    let settled = fault_settled(history);
     let mut mins: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut bound: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut bound: BTreeMap<&str, BTreeMap<&str, (u64, &str)>> = BTreeMap::new();
     // Gang -> (partial since, most pods bound while partial).
     let mut partial_since: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
     let mut gone_groups: BTreeSet<&str> = BTreeSet::new();
     let mut out = Vec::new();
-    let mut judge = |group: &str, since: u64, until: u64, n: usize, min: i64| {
-        if until.saturating_sub(since) > round_ms {
+    let mut judge = |group: &str,
+                     since: u64,
+                     until: u64,
+                     binds: Option<&BTreeMap<&str, (u64, &str)>>,
+                     n: usize,
+                     min: i64| {
+        let (deadline, extended_by) = i2_deadline(since, round_ms, &settled);
+        if until > deadline {
+            let extended = extended_by.map_or(String::new(), |s| {
+                format!(" after the faults it overlapped settled at {s} ms")
+            });
+            let mut binds: Vec<_> = binds.into_iter().flatten().collect();
+            binds.sort_by_key(|(pod, (t, _))| (*t, *pod));
+            let binds: Vec<String> = binds
+                .iter()
+                .map(|(pod, (t, by))| format!("{pod} at {t} ms by {by}"))
+                .collect();
             out.push(violation(
                 "I2",
                 since,
                 format!(
-                    "gang {group}: {n} of minMember {min} pods bound for {} ms (more than a bound round of {round_ms} ms)",
-                    until - since
+                    "gang {group}: {n} of minMember {min} pods bound for {} ms (more than a bound round of {round_ms} ms{extended}); binds: {}",
+                    until - since,
+                    binds.join(", ")
                 ),
             ));
         }
     };
     for r in history {
-        let (group, pod) = match &r.event {
+        let (group, pod, by) = match &r.event {
             Event::Group {
                 group,
                 min_member,
@@ -166,7 +188,14 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
                 if *deleted {
                     gone_groups.insert(group.as_str());
                     if let Some((since, most)) = partial_since.remove(group.as_str()) {
-                        judge(group, since, r.t_ms, most, *min_member);
+                        judge(
+                            group,
+                            since,
+                            r.t_ms,
+                            bound.get(group.as_str()),
+                            most,
+                            *min_member,
+                        );
                     }
                 } else {
                     gone_groups.remove(group.as_str());
@@ -177,14 +206,15 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
                 pod,
                 node: Some(_),
                 group: Some(g),
+                bound_by,
                 ..
-            } if !gone_groups.contains(g.as_str()) => (g.as_str(), Some(pod.as_str())),
+            } if !gone_groups.contains(g.as_str()) => {
+                (g.as_str(), pod.as_str(), bound_by.as_deref().unwrap_or("?"))
+            }
             _ => continue,
         };
         let set = bound.entry(group).or_default();
-        if let Some(p) = pod {
-            set.insert(p);
-        }
+        set.entry(pod).or_insert((r.t_ms, by));
         let (n, min) = (set.len(), mins.get(group).copied().unwrap_or(1));
         let partial = n > 0 && (n as i64) < min;
         match (partial, partial_since.get(group).copied()) {
@@ -194,7 +224,7 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
             }
             (false, Some((since, most))) => {
                 partial_since.remove(group);
-                judge(group, since, r.t_ms, most, min);
+                judge(group, since, r.t_ms, bound.get(group), most, min);
             }
             (false, None) => {}
         }
@@ -202,9 +232,64 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
     let end = history.last().map_or(0, |r| r.t_ms);
     for (group, (since, n)) in partial_since {
         let min = mins.get(group).copied().unwrap_or(1);
-        judge(group, since, end, n, min);
+        judge(group, since, end, bound.get(group), n, min);
     }
     out
+}
+
+/// Each fault as (start, settled): settled is the later of its healing and the first bind
+/// on its shards after it ([`recoveries`]); a fault never healed settles at the history's
+/// end. Sorted by start.
+fn fault_settled(history: &[Record]) -> Vec<(u64, u64)> {
+    let end = history.last().map_or(0, |r| r.t_ms);
+    // (start, victim, healed); a fault's end names its victim, as in `recoveries`.
+    let mut faults: Vec<(u64, u64, Option<u64>)> = Vec::new();
+    for r in history {
+        match &r.event {
+            Event::FaultStart { victim, .. } => faults.push((r.t_ms, *victim, None)),
+            Event::FaultEnd { victim, .. } => {
+                for f in faults
+                    .iter_mut()
+                    .filter(|f| f.1 == *victim && f.2.is_none())
+                {
+                    f.2 = Some(r.t_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    let binding: BTreeMap<u64, u64> = recoveries(history)
+        .iter()
+        .filter_map(|r| r.recovered_ms.map(|d| (r.start_ms, r.start_ms + d)))
+        .collect();
+    let mut spans: Vec<(u64, u64)> = faults
+        .into_iter()
+        .map(|(start, _, healed)| {
+            let healed = healed.unwrap_or(end);
+            (start, healed.max(binding.get(&start).copied().unwrap_or(0)))
+        })
+        .collect();
+    spans.sort_unstable();
+    spans
+}
+
+/// When a gang partial since `since` must be whole: one round later, or one round after
+/// each fault that began before that deadline settled (a chain of faults extends it in
+/// turn). Also says where the last extension came from.
+fn i2_deadline(since: u64, round_ms: u64, settled: &[(u64, u64)]) -> (u64, Option<u64>) {
+    let mut deadline = since.saturating_add(round_ms);
+    let mut extended_by = None;
+    for &(start, settled_at) in settled {
+        if start >= deadline {
+            break;
+        }
+        let after = settled_at.saturating_add(round_ms);
+        if after > deadline {
+            deadline = after;
+            extended_by = Some(settled_at);
+        }
+    }
+    (deadline, extended_by)
 }
 
 /// One committed placement in the ledger, as the end-state check needs it.

@@ -98,7 +98,7 @@ struct Cli {
     period_ms: u64,
     #[arg(long, default_value_t = 1000)]
     lease_ms: u64,
-    /// I2: how long a gang may be partly bound (a bind round).
+    /// I2: how long a gang may be partly bound (a bind round) past the faults it overlapped.
     #[arg(long, default_value_t = 3000)]
     round_ms: u64,
     /// I5: how long after healing a fault's shards may go without a bind.

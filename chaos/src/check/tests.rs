@@ -209,6 +209,69 @@ fn i2_judges_a_deleted_gang_up_to_its_deletion() {
     assert!(v[0].what.contains("bound for 7099 ms"), "{}", v[0].what);
 }
 
+/// The chaos ci run of 2026-12-02 (seed 2, `api-errors`, 48% of requests answered 429
+/// with Retry-After: 1 for 2444 ms): a 3-pod gang's binds were each retried after the
+/// API server's Retry-After, and its last pod was bound 639 ms after the fault ended,
+/// 2962 ms after the first: 38 ms short of a fixed 3 s round. A round cannot finish while
+/// the API server refuses binds; one round after the fault settled, the gang was whole.
+#[test]
+fn i2_gives_a_gang_one_round_after_the_fault_it_overlapped_settled() {
+    let h = |last_bind: u64| {
+        vec![
+            node(0, "n1", 8),
+            group(1, "g", 3, 0),
+            fault(12_533, 0, vec![0]),
+            pod(12_654, "a", "g", Some("n1"), 1, "Pending"),
+            pod(13_950, "b", "g", Some("n1"), 1, "Pending"),
+            healed(14_977, 0),
+            pod(last_bind, "c", "g", Some("n1"), 1, "Pending"),
+        ]
+    };
+    // Settled at 14_977 (healed, and the gang's own binds were its shard's first).
+    assert_eq!(check_i2(&h(15_616), 1000), vec![]);
+    assert_eq!(check_i2(&h(15_977), 1000), vec![]);
+    let v = check_i2(&h(15_978), 1000);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].what
+            .contains("2 of minMember 3 pods bound for 3324 ms")
+            && v[0]
+                .what
+                .contains("after the faults it overlapped settled at 14977 ms")
+            && v[0]
+                .what
+                .contains("binds: a at 12654 ms by 1, b at 13950 ms by 1"),
+        "{}",
+        v[0].what
+    );
+}
+
+/// A fault that settled before a gang became partial does not extend its round, nor does
+/// one that begins after the round ended: a gang half bound for longer is caught.
+#[test]
+fn i2_is_not_excused_by_a_fault_outside_the_gangs_round() {
+    let h = vec![
+        node(0, "n1", 8),
+        group(1, "g", 2, 0),
+        fault(100, 0, vec![0]),
+        healed(200, 0),
+        pod(300, "x", "other", Some("n1"), 1, "Pending"),
+        pod(1000, "a", "g", Some("n1"), 1, "Pending"),
+        fault(3000, 0, vec![0]),
+        healed(3100, 0),
+        pod(4000, "b", "g", Some("n1"), 1, "Pending"),
+    ];
+    let v = check_i2(&h, 1500);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].what
+            .contains("1 of minMember 2 pods bound for 3000 ms")
+            && !v[0].what.contains("settled"),
+        "{}",
+        v[0].what
+    );
+}
+
 #[test]
 fn i3_catches_lost_leaked_and_undecided_placements() {
     let api: BTreeMap<String, Option<String>> = [
