@@ -1,7 +1,9 @@
 //! `phalanx-bench kube`: create→bound throughput and latency on the testbed (a real
 //! kube-apiserver with kwok nodes), for `phalanx serve` (1 or more replicas, started here) or
 //! for a scheduler already running (the upstream kube-scheduler of `testbed up
-//! --kube-scheduler`, which places pods whose schedulerName is `default-scheduler`).
+//! --kube-scheduler`, which places pods whose schedulerName is `default-scheduler`), or for
+//! the trivial binder (`--scheduler trivial`, [`crate::trivial`]: round-robin binds with
+//! no checks, the ceiling a client at that QPS can reach).
 //!
 //! A pod's latency runs from the moment its create request was sent to the moment the
 //! bench's own watch first shows it with a `nodeName`. Throughput is pods / (last bind −
@@ -21,10 +23,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::runtime::watcher;
-use phalanx_scheduler::cluster::kube::{make_client, volcano_resource};
+use phalanx_scheduler::cluster::kube::{TokenBucket, make_client, volcano_resource};
 use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
+
+use crate::trivial;
 
 #[derive(Clone, Debug)]
 pub struct KubeBench {
@@ -39,6 +43,8 @@ pub struct KubeBench {
     pub kube_burst: u32,
     /// `serve --bind-workers`.
     pub bind_workers: usize,
+    /// `serve --max-pods-per-cycle` (`None`: serve's default).
+    pub max_pods_per_cycle: Option<usize>,
     pub period_ms: u64,
     pub phalanx: PathBuf,
     pub timeout: Duration,
@@ -138,6 +144,12 @@ fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
             .args(["--kube-qps", &b.kube_qps.to_string()])
             .args(["--kube-burst", &b.kube_burst.to_string()])
             .args(["--bind-workers", &b.bind_workers.to_string()])
+            .args(
+                b.max_pods_per_cycle
+                    .map(|n| ["--max-pods-per-cycle".to_string(), n.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(shard_flags(b, ns, &ids, &coord, *id))
             // All replicas on 127.0.0.1 of one machine, measured for scheduling
             // throughput; TLS on the ledger is covered by the testbed e2e.
@@ -280,6 +292,23 @@ pub fn run(b: &KubeBench) -> Result<()> {
         (temp.path().to_path_buf(), Some(temp))
     };
     let is_phalanx = b.scheduler == "phalanx";
+    let is_trivial = b.scheduler == "trivial";
+    let binder = if is_trivial {
+        let nodes = rt.block_on(trivial::node_names(&client))?;
+        let counts: Arc<trivial::BinderCounts> = Arc::default();
+        let limiter = Arc::new(TokenBucket::new(b.kube_qps, b.kube_burst));
+        let task = rt.spawn(trivial::run(
+            client.clone(),
+            ns.clone(),
+            nodes,
+            limiter,
+            b.bind_workers,
+            counts.clone(),
+        ));
+        Some((task, counts))
+    } else {
+        None
+    };
     let replicas = if is_phalanx {
         start_phalanx(b, &dir, &ns)?
     } else {
@@ -353,10 +382,10 @@ pub fn run(b: &KubeBench) -> Result<()> {
                 .await
         })?;
     }
-    let scheduler_name = if is_phalanx {
-        "phalanx"
-    } else {
-        b.scheduler.as_str()
+    let scheduler_name = match b.scheduler.as_str() {
+        "phalanx" => "phalanx",
+        "trivial" => trivial::TRIVIAL_SCHEDULER,
+        other => other,
     };
     let first = Instant::now();
     let sent: Vec<(String, Instant)> = rt.block_on(async {
@@ -406,6 +435,13 @@ pub fn run(b: &KubeBench) -> Result<()> {
     }
     watch.abort();
     drop(replicas);
+    if let Some((task, counts)) = &binder {
+        task.abort();
+        let failed = counts.failed.load(std::sync::atomic::Ordering::Relaxed);
+        if failed > 0 {
+            eprintln!("the trivial binder's API server refused {failed} binds");
+        }
+    }
     let bound = bound_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut latencies: Vec<Duration> = sent
         .iter()
@@ -421,10 +457,18 @@ pub fn run(b: &KubeBench) -> Result<()> {
             label += &format!(", {} shards", b.shards);
         }
         label += &format!(", {} bind workers", b.bind_workers);
+        if let Some(n) = b.max_pods_per_cycle {
+            label += &format!(", max {n} pods/cycle");
+        }
         if !queues.is_empty() {
             label += &format!(", {} queues", queues.len());
         }
         label
+    } else if is_trivial {
+        format!(
+            "trivial binder (round-robin, no checks), {} bind workers",
+            b.bind_workers
+        )
     } else {
         format!("{} (no gang)", b.scheduler)
     };

@@ -20,6 +20,7 @@ use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
 mod shards;
+mod trivial;
 
 #[derive(Parser, Debug)]
 #[command(name = "phalanx-bench", about = "phalanx benchmarks")]
@@ -60,7 +61,9 @@ enum Command {
     Kube {
         #[arg(long, default_value = "/tmp/phalanx-testbed/kubeconfig")]
         kubeconfig: PathBuf,
-        /// `phalanx`, or the schedulerName of a scheduler already running.
+        /// `phalanx` (started here), `trivial` (the bench's own round-robin binder, at
+        /// `--kube-qps/--kube-burst` with `--bind-workers` in flight), or the
+        /// schedulerName of a scheduler already running.
         #[arg(long, default_value = "phalanx")]
         scheduler: String,
         #[arg(long, default_value_t = 1)]
@@ -81,6 +84,9 @@ enum Command {
         /// `serve --bind-workers`: bind requests in flight at once per replica.
         #[arg(long, default_value_t = 16)]
         bind_workers: usize,
+        /// `serve --max-pods-per-cycle` (serve's default when not given).
+        #[arg(long)]
+        max_pods_per_cycle: Option<usize>,
         #[arg(long, default_value_t = 200)]
         period_ms: u64,
         /// The phalanx binary.
@@ -286,6 +292,7 @@ fn main() -> Result<()> {
             kube_qps,
             kube_burst,
             bind_workers,
+            max_pods_per_cycle,
             period_ms,
             phalanx,
             timeout_s,
@@ -302,6 +309,7 @@ fn main() -> Result<()> {
             kube_qps,
             kube_burst,
             bind_workers,
+            max_pods_per_cycle,
             period_ms,
             phalanx,
             timeout: Duration::from_secs(timeout_s),
