@@ -141,6 +141,12 @@ struct ServeArgs {
     /// workers help only when the API server's round trip, not the QPS budget, bounds the rate.
     #[arg(long, default_value_t = phalanx_scheduler::cluster::kube::DEFAULT_BIND_WORKERS)]
     bind_workers: usize,
+    /// Pods one cycle commits and binds at most (0 = no bound, the default; up to 1000000):
+    /// whole gangs in plan order, the first one however large; the rest are planned again
+    /// next cycle, so gangs of a higher priority created during a long cycle's binds do not
+    /// wait for all of them.
+    #[arg(long, default_value_t = DEFAULT_MAX_PODS_PER_CYCLE)]
+    max_pods_per_cycle: usize,
     /// A volcano-scheduler.conf (actions and plugin tiers); Volcano's default without it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -538,6 +544,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         kube_qps: args.kube_qps,
         kube_burst: args.kube_burst,
         bind_workers: args.bind_workers,
+        max_pods_per_cycle: args.max_pods_per_cycle,
         conf,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout_s),
         install_crds: args.install_crds,
@@ -664,6 +671,12 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
             args.bind_workers
         ));
     }
+    if args.max_pods_per_cycle > MAX_PODS_PER_CYCLE {
+        return Err(format!(
+            "--max-pods-per-cycle {}: must be 0 (no bound) to {MAX_PODS_PER_CYCLE}",
+            args.max_pods_per_cycle
+        ));
+    }
     if !(1..=MAX_SYNC_TIMEOUT_S).contains(&args.sync_timeout_s) {
         return Err(format!(
             "--sync-timeout-s {}: must be 1 to {MAX_SYNC_TIMEOUT_S}",
@@ -676,6 +689,13 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
 /// Most bind requests in flight (`--bind-workers`): beyond it a replica only queues more
 /// work on the API server than it can take.
 const MAX_BIND_WORKERS: usize = 1024;
+
+/// `--max-pods-per-cycle` by default: no bound. Measured on the testbed (docs/benchmarks.md,
+/// "Against the trivial binder"), a bound costs throughput while binds run inside the
+/// cycle, and gangs that tie in the plan's order can be deferred cycle after cycle.
+const DEFAULT_MAX_PODS_PER_CYCLE: usize = 0;
+/// The largest `--max-pods-per-cycle` (a cycle's whole plan is smaller in practice).
+const MAX_PODS_PER_CYCLE: usize = 1_000_000;
 
 /// Longest wait for the watch caches (`--sync-timeout-s`): a day.
 const MAX_SYNC_TIMEOUT_S: u64 = 86_400;

@@ -214,7 +214,7 @@ fn a_sharded_scenario_run_reports_its_shards_and_transactions() {
 #[test]
 fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
     let huge = "18446744073709551615";
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["simulate", "--nodes", huge],
             "--nodes 18446744073709551615",
@@ -260,6 +260,17 @@ fn out_of_range_flags_exit_2_naming_the_flag_and_the_value() {
                 "0",
             ],
             "--bind-workers 0: must be 1 to 1024",
+        ),
+        (
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--insecure-plaintext",
+                "--max-pods-per-cycle",
+                "1000001",
+            ],
+            "--max-pods-per-cycle 1000001: must be 0 (no bound) to 1000000",
         ),
         (
             &[

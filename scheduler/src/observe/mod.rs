@@ -130,6 +130,9 @@ pub mod name {
         /// Gangs planned over pools this replica does not own alone (left pending).
         GANGS_KEPT_BACK = "phalanx_gangs_kept_back_total", Counter,
             "Gangs planned over pools this replica does not own alone";
+        /// Planned gangs past `--max-pods-per-cycle`, left for the next cycle.
+        GANGS_DEFERRED = "phalanx_gangs_deferred_total", Counter,
+            "Planned gangs left for the next cycle by --max-pods-per-cycle";
         /// Cross-shard transactions ended, by `outcome` (committed, aborted, rejected,
         /// unfinished).
         TXNS = "phalanx_2pc_transactions_total", Counter, "Cross-shard transactions ended, by outcome";

@@ -6,8 +6,9 @@
 //!   node picks and binds, and turns the answers back into events. What differs per
 //!   driver (where the state machines live, how a proposal reaches the ledger, how a
 //!   message reaches another replica, how pods are bound) sits behind [`pump::PumpDriver`].
-//! - [`routing`]: pure functions: a cross-shard gang's parts and its `StartTxn`, and
-//!   commit-then-bind's second half (which owner marks which bound pods, at which fence).
+//! - [`routing`]: pure functions: the slice of a plan one cycle commits, a cross-shard
+//!   gang's parts and its `StartTxn`, and commit-then-bind's second half (which owner
+//!   marks which bound pods, at which fence).
 
 pub mod pump;
 pub mod routing;

@@ -1,5 +1,5 @@
-//! Pure functions every driver shares around a plan's commit: a cross-shard gang's
-//! transaction (its parts per pool, its id, its deadline), and commit-then-bind's second
+//! Pure functions every driver shares around a plan's commit: the slice of the plan one
+//! cycle takes, a cross-shard gang's transaction (its parts per pool, its id, its deadline), and commit-then-bind's second
 //! half, which owner marks which bound pods at which fence.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,4 +80,24 @@ pub fn marks_by_owner<O: Copy>(
         }
     }
     marks
+}
+
+/// The gangs of a plan one cycle commits and binds: the plan's order (queue fairness, then
+/// priority) up to `max_pods` pods, at least the first gang however large; 0 means no
+/// bound. The rest wait for the next cycle, planned again from what is left then, so that
+/// one cycle's binds (a few thousand pods take seconds at the client's QPS) do not hold
+/// back the gangs created meanwhile.
+pub fn cycle_slice(gangs: &[GangPlacement], max_pods: usize) -> &[GangPlacement] {
+    if max_pods == 0 {
+        return gangs;
+    }
+    let mut pods = 0usize;
+    let taken = gangs
+        .iter()
+        .take_while(|g| {
+            pods = pods.saturating_add(g.placements.len());
+            pods <= max_pods
+        })
+        .count();
+    &gangs[..taken.max(1).min(gangs.len())]
 }

@@ -10,7 +10,7 @@ use phalanx_statestore::ledger::{
 use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, ResourceVec};
 
 use super::pump::{PumpDriver, PumpStopped, Work, pump};
-use super::routing::{marks_by_owner, start_txn};
+use super::routing::{cycle_slice, marks_by_owner, start_txn};
 use crate::cluster::ClusterSnapshot;
 use crate::coord::service::CoordMessage;
 use crate::coord::{
@@ -358,4 +358,44 @@ fn bound_pods_are_marked_by_their_shards_owner_at_its_epoch_and_ownerless_ones_l
         ]
     );
     assert_eq!(marks.unmarked.into_iter().collect::<Vec<_>>(), vec![1]);
+}
+
+fn gang_of(name: &str, pods: usize) -> GangPlacement {
+    GangPlacement {
+        gang: ObjectKey::new("ns", name),
+        placements: (0..pods)
+            .map(|i| Placement {
+                pod: ObjectKey::new("ns", format!("{name}-{i}")),
+                node: "n".into(),
+                resources: Resources::default(),
+            })
+            .collect(),
+    }
+}
+
+fn names(gangs: &[GangPlacement]) -> Vec<&str> {
+    gangs.iter().map(|g| g.gang.name.as_str()).collect()
+}
+
+#[test]
+fn a_cycle_takes_whole_gangs_in_plan_order_up_to_its_pod_bound() {
+    let plan = [
+        gang_of("a", 4),
+        gang_of("b", 4),
+        gang_of("c", 1),
+        gang_of("d", 8),
+    ];
+    assert_eq!(names(cycle_slice(&plan, 9)), ["a", "b", "c"]);
+    assert_eq!(names(cycle_slice(&plan, 8)), ["a", "b"]);
+    // A later small gang does not jump the queue past one that did not fit.
+    assert_eq!(names(cycle_slice(&plan, 7)), ["a"]);
+    assert_eq!(names(cycle_slice(&plan, 0)), ["a", "b", "c", "d"]);
+    assert_eq!(names(cycle_slice(&plan, 1000)), ["a", "b", "c", "d"]);
+}
+
+#[test]
+fn a_gang_larger_than_the_bound_is_still_taken_alone_so_it_is_never_starved() {
+    let plan = [gang_of("big", 64), gang_of("small", 1)];
+    assert_eq!(names(cycle_slice(&plan, 16)), ["big"]);
+    assert!(cycle_slice(&[], 16).is_empty());
 }

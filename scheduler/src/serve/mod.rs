@@ -78,6 +78,9 @@ pub struct ServeOptions {
     pub kube_burst: u32,
     /// Bind (and status/Event) requests in flight at once ([`KubeOptions::bind_workers`]).
     pub bind_workers: usize,
+    /// Pods one cycle commits and binds at most, whole gangs in plan order (0: no bound;
+    /// [`crate::replica::routing::cycle_slice`]).
+    pub max_pods_per_cycle: usize,
     pub conf: SchedulerConf,
     /// How long to wait for the watch caches to sync at start.
     pub sync_timeout: Duration,
@@ -482,6 +485,10 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
             follow_peers(&runtime, &replica, &desired, running);
         }
         std::thread::sleep(period.saturating_sub(started.elapsed()));
+    }
+    // The last cycle's statuses and Events, still being written in the background.
+    for e in cluster.finish_reports() {
+        tracing::warn!(error = %e, "status or event write failed");
     }
     tracing::info!(id = opts.id, "stopping: shutting the ledger replica down");
     runtime

@@ -41,6 +41,7 @@ use crate::ledger::sharded::Fence;
 use crate::ledger::{LedgerBackend, LedgerError, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::ObjectKey;
 use crate::observe::progress::LoopProgress;
+use crate::replica::routing::cycle_slice;
 use crate::shard::ShardMap;
 
 /// A gang the ledger accepted, with the fence it was committed at.
@@ -301,7 +302,17 @@ impl ShardedReplica {
             }
         }
         let state = self.ledger.read_state()?;
-        let (accepted, kept_back) = self.commit(&plan.gangs, &state, &snapshot);
+        let slice = cycle_slice(&plan.gangs, self.opts.max_pods_per_cycle);
+        if slice.len() < plan.gangs.len() {
+            let deferred = plan.gangs.len() - slice.len();
+            counter!(metric::GANGS_DEFERRED).increment(deferred as u64);
+            tracing::debug!(
+                deferred,
+                taken = slice.len(),
+                "gangs left for the next cycle (--max-pods-per-cycle)"
+            );
+        }
+        let (accepted, kept_back) = self.commit(slice, &state, &snapshot);
         self.progress.mark();
         let bound = self.bind(cluster, &accepted);
         self.progress.mark();
@@ -505,7 +516,8 @@ impl ShardedReplica {
 
     /// Statuses and Events of the accepted gangs and of the gangs kept back; those of gangs
     /// the ledger did not accept would claim what did not happen, so they wait for the next
-    /// cycle (as in the simulator's driver).
+    /// cycle (as in the simulator's driver). They are written in the background: the next
+    /// cycle's binds do not wait for them.
     fn report(
         &self,
         cluster: &mut KubeCluster,
@@ -540,7 +552,8 @@ impl ShardedReplica {
         if let Some(admin) = &self.admin {
             admin.publish_decisions(&events);
         }
-        for e in cluster.report_all(&statuses, &events) {
+        // Written while the next cycle binds; what failed shows up a cycle later.
+        for e in cluster.report_in_background(statuses, events) {
             tracing::warn!(error = %e, "status or event write failed");
         }
     }

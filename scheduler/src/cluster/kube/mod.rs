@@ -18,6 +18,9 @@
 //!   converted with the manifest module's Volcano types; a malformed object is skipped and
 //!   never blocks the others. It is told once per version of it (`recorder.rs`): a log line
 //!   here, and a Warning Event the caller writes ([`KubeCluster::write_object_warnings`]).
+//! - Statuses and Events go through `reporter.rs` on a token bucket of their own;
+//!   [`KubeCluster::report_in_background`] writes a batch while the caller's next cycle
+//!   binds (one batch in flight, in order), [`KubeCluster::report_all`] waits for it.
 //! - PodGroup status: the CRD, like Volcano's, has no status subresource, so the status is
 //!   written with a JSON merge patch of the object itself (no resourceVersion: no conflict).
 //! - Bind is idempotent: a pod already bound to the requested node is Ok; to another node is
@@ -32,6 +35,7 @@
 mod convert;
 mod limiter;
 mod recorder;
+mod reporter;
 mod retry;
 
 pub use convert::{INQUEUE_SINCE_ANNOTATION, creation_ms, pod_group_from_dynamic, status_patch};
@@ -49,13 +53,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::kube::api::{Api, EvictParams, Patch, PatchParams, PostParams};
+use ::kube::api::{Api, EvictParams, PostParams};
 use ::kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::reflector::{self, ObjectRef, Store};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::scheduling::v1::PriorityClass as K8sPriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use thiserror::Error;
@@ -181,19 +184,17 @@ pub struct KubeCluster {
     handle: Handle,
     client: ::kube::Client,
     stores: Stores,
-    pod_group_resource: ApiResource,
     /// Binds, evictions and the re-reads they need.
     limiter: Arc<TokenBucket>,
-    /// PodGroup status writes and Events: a bucket of their own, as kube-scheduler records
-    /// events through a client of its own, so reporting never delays binding.
-    report_limiter: Arc<TokenBucket>,
+    /// PodGroup status writes and Events (a token bucket of their own).
+    reporter: Arc<reporter::Reporter>,
+    /// The batch of statuses and Events written in the background, if one is in flight.
+    reporting: reporter::InFlight,
     options: KubeOptions,
     synced: Arc<AtomicBool>,
     watches: Vec<JoinHandle<()>>,
     converted: Mutex<Converted>,
-    overlay: Mutex<Overlay>,
-    /// Makes Event names unique within one nanosecond.
-    event_seq: std::sync::atomic::AtomicU32,
+    overlay: Arc<Mutex<Overlay>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -388,20 +389,32 @@ impl KubeCluster {
             queues,
             priority_classes,
         };
+        let overlay = Arc::new(Mutex::new(Overlay::default()));
+        let reporter = Arc::new(reporter::Reporter {
+            client: client.clone(),
+            pod_group_resource,
+            limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            retry: options.retry.clone(),
+            instance: options.instance.clone(),
+            workers: options.bind_workers,
+            pods: stores.pods.clone(),
+            pod_groups: stores.pod_groups.clone(),
+            overlay: overlay.clone(),
+            event_seq: std::sync::atomic::AtomicU32::new(0),
+        });
         let cluster = Self {
             runtime: None,
             handle,
             client,
             stores,
-            pod_group_resource,
             limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
-            report_limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            reporter,
+            reporting: None,
             options,
             synced: Arc::new(AtomicBool::new(false)),
             watches,
             converted: Mutex::new(Converted::default()),
-            overlay: Mutex::new(Overlay::default()),
-            event_seq: std::sync::atomic::AtomicU32::new(0),
+            overlay,
         };
         cluster.wait_synced()?;
         Ok(cluster)
@@ -789,95 +802,6 @@ impl KubeCluster {
         )))
     }
 
-    async fn status_async(
-        &self,
-        key: &ObjectKey,
-        status: &PodGroupStatus,
-    ) -> Result<(), ClusterError> {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &key.namespace,
-            &self.pod_group_resource,
-        );
-        let patch = Patch::Merge(status_patch(status));
-        let params = PatchParams::default();
-        let written = with_retry(&self.report_limiter, &self.options.retry, || {
-            api.patch(&key.name, &params, &patch)
-        })
-        .await;
-        match written {
-            Ok(obj) => {
-                self.overlay
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .status
-                    .insert(key.clone(), (rv_number(&obj.metadata), status.clone()));
-                Ok(())
-            }
-            Err(e) if status_code(&e) == Some(404) => Err(ClusterError::NotFound {
-                kind: "podgroup",
-                key: key.to_string(),
-            }),
-            Err(e) => Err(ClusterError::Refused(format!(
-                "writing the status of PodGroup {key}: {}",
-                describe(&e)
-            ))),
-        }
-    }
-
-    async fn event_async(&self, event: &Event) -> Result<(), ClusterError> {
-        let key = &event.object;
-        let group = self.stores.pod_groups.get(
-            &ObjectRef::new_with(&key.name, self.pod_group_resource.clone()).within(&key.namespace),
-        );
-        let (regarding, uid) = match group {
-            Some(pg) => (Regarding::PodGroup(key.clone()), pg.metadata.uid.clone()),
-            None => {
-                let pod = self
-                    .stores
-                    .pods
-                    .get(&ObjectRef::new(&key.name).within(&key.namespace));
-                let uid = pod.and_then(|p| p.metadata.uid.clone());
-                (Regarding::Pod(key.clone()), uid)
-            }
-        };
-        let text = EventText {
-            action: "Scheduling",
-            kind: event.kind,
-            reason: event.reason.clone(),
-            note: event.message.clone(),
-        };
-        self.post_event(&regarding, uid.as_deref(), &text).await
-    }
-
-    async fn post_event(
-        &self,
-        regarding: &Regarding,
-        uid: Option<&str>,
-        text: &EventText,
-    ) -> Result<(), ClusterError> {
-        let now = k8s_openapi::jiff::Timestamp::now();
-        // Unique names within one nanosecond too.
-        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed);
-        let now = now
-            .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(i64::from(
-                seq % 1000,
-            )))
-            .unwrap_or(now);
-        let body = event_body(regarding, uid, text, &self.options.instance, now);
-        let api: Api<events::Event> =
-            Api::namespaced(self.client.clone(), regarding.event_namespace());
-        let post = PostParams::default();
-        with_retry(&self.report_limiter, &self.options.retry, || {
-            api.create(&post, &body)
-        })
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            ClusterError::Refused(format!("recording event on {regarding}: {}", describe(&e)))
-        })
-    }
-
     /// Writes up to `max` of the object warnings not yet written (oldest first) as Warning
     /// Events, [`KubeOptions::bind_workers`] in flight at most, through the reporting
     /// bucket; returns how many it tried and the failures. Warnings dropped unwritten under
@@ -899,7 +823,8 @@ impl KubeCluster {
         let warnings = &warnings;
         let failed = self.block_on(async move {
             futures::stream::iter(warnings.iter().map(|w| async move {
-                self.post_event(&w.regarding, w.uid.as_deref(), &w.text())
+                self.reporter
+                    .post_event(&w.regarding, w.uid.as_deref(), &w.text())
                     .await
             }))
             .buffer_unordered(workers)
@@ -920,33 +845,20 @@ impl KubeCluster {
     }
 
     /// Writes PodGroup statuses, then Events, [`KubeOptions::bind_workers`] requests in
-    /// flight at most; returns the failures.
+    /// flight at most, after any batch still in flight from
+    /// [`KubeCluster::report_in_background`]; returns the failures of both.
     pub fn report_all(
         &mut self,
         statuses: &[(ObjectKey, PodGroupStatus)],
         events: &[Event],
     ) -> Vec<ClusterError> {
-        let this = &*self;
-        let workers = this.options.bind_workers.max(1);
-        this.block_on(async move {
-            let mut failures: Vec<ClusterError> = futures::stream::iter(
-                statuses
-                    .iter()
-                    .map(|(key, status)| this.status_async(key, status)),
-            )
-            .buffer_unordered(workers)
-            .filter_map(|r| async move { r.err() })
-            .collect()
-            .await;
-            failures.extend(
-                futures::stream::iter(events.iter().map(|e| this.event_async(e)))
-                    .buffer_unordered(workers)
-                    .filter_map(|r| async move { r.err() })
-                    .collect::<Vec<_>>()
-                    .await,
-            );
-            failures
-        })
+        let mut failures = self.finish_reports();
+        let write = self
+            .reporter
+            .clone()
+            .write(statuses.to_vec(), events.to_vec());
+        failures.extend(self.block_on(write));
+        failures
     }
 }
 
@@ -1180,11 +1092,11 @@ impl Cluster for KubeCluster {
         key: &ObjectKey,
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError> {
-        self.block_on(self.status_async(key, status))
+        self.block_on(self.reporter.status(key, status))
     }
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
-        self.block_on(self.event_async(event))
+        self.block_on(self.reporter.event(event))
     }
 
     fn evict(&mut self, pod: &ObjectKey, reason: &str) -> Result<(), ClusterError> {
