@@ -183,6 +183,14 @@ impl KubeCluster {
         failures
     }
 
+    /// Waits for a batch in flight before a single status or Event write, so that a
+    /// PodGroup's writes land in the order they were made; the batch's failures are logged.
+    pub(super) fn after_reports_in_flight(&mut self) {
+        for e in self.finish_reports() {
+            tracing::warn!(error = %e, "status or event write failed");
+        }
+    }
+
     /// Waits for the batch of statuses and Events in flight, if any; returns its failures.
     pub fn finish_reports(&mut self) -> Vec<ClusterError> {
         let Some(batch) = self.reporting.take() else {
