@@ -27,7 +27,7 @@ pub const TRIVIAL_SCHEDULER: &str = "phalanx-bench-trivial-binder";
 #[derive(Debug, Default)]
 pub struct BinderCounts {
     pub bound: AtomicUsize,
-    /// Bind requests the API server refused (each logged once at the end).
+    /// Bind requests the API server refused (their count is printed at the end).
     pub failed: AtomicUsize,
 }
 
@@ -67,7 +67,8 @@ pub async fn run(
 ) {
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let feeder = tokio::spawn(feed(pods.clone(), tx));
+    // Aborted with this task: dropping the handle alone would leave the watch running.
+    let feeder = AbortOnDrop(tokio::spawn(feed(pods.clone(), tx)));
     let next = AtomicUsize::new(0);
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
         .map(|name| {
@@ -84,7 +85,16 @@ pub async fn run(
         .buffer_unordered(workers.max(1))
         .for_each(|()| async {})
         .await;
-    feeder.abort();
+    drop(feeder);
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Sends each pending pod of the binder's to `tx` once.
