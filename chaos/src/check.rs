@@ -157,17 +157,21 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
             });
             let mut binds: Vec<_> = binds.into_iter().flatten().collect();
             binds.sort_by_key(|(pod, (t, _))| (*t, *pod));
-            let binds: Vec<String> = binds
+            let mut listed: Vec<String> = binds
                 .iter()
+                .take(I2_BINDS_LISTED)
                 .map(|(pod, (t, by))| format!("{pod} at {t} ms by {by}"))
                 .collect();
+            if binds.len() > I2_BINDS_LISTED {
+                listed.push(format!("and {} more", binds.len() - I2_BINDS_LISTED));
+            }
             out.push(violation(
                 "I2",
                 since,
                 format!(
                     "gang {group}: {n} of minMember {min} pods bound for {} ms (more than a bound round of {round_ms} ms{extended}); binds: {}",
                     until - since,
-                    binds.join(", ")
+                    listed.join(", ")
                 ),
             ));
         }
@@ -236,6 +240,10 @@ pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
     }
     out
 }
+
+/// How many of a half-placed gang's binds an I2 violation lists (a huge gang's message
+/// stays readable; the first binds say who started it).
+const I2_BINDS_LISTED: usize = 16;
 
 /// Each fault as (start, settled): settled is the later of its healing and the first bind
 /// on its shards after it ([`recoveries`]); a fault never healed settles at the history's
