@@ -1,6 +1,7 @@
 //! Pure functions every driver shares around a plan's commit: the slice of the plan one
-//! cycle takes, a cross-shard gang's transaction (its parts per pool, its id, its deadline), and commit-then-bind's second
-//! half, which owner marks which bound pods at which fence.
+//! cycle takes, a cross-shard gang's transaction (its parts per pool, its id, its
+//! deadline), and commit-then-bind's second half, which owner marks which bound pods at
+//! which fence.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1092,12 +1092,12 @@ impl Cluster for KubeCluster {
         key: &ObjectKey,
         status: &PodGroupStatus,
     ) -> Result<(), ClusterError> {
-        self.after_reports_in_flight();
+        self.finish_reports_logged();
         self.block_on(self.reporter.status(key, status))
     }
 
     fn record_event(&mut self, event: &Event) -> Result<(), ClusterError> {
-        self.after_reports_in_flight();
+        self.finish_reports_logged();
         self.block_on(self.reporter.event(event))
     }
 

@@ -183,9 +183,10 @@ impl KubeCluster {
         failures
     }
 
-    /// Waits for a batch in flight before a single status or Event write, so that a
-    /// PodGroup's writes land in the order they were made; the batch's failures are logged.
-    pub(super) fn after_reports_in_flight(&mut self) {
+    /// Waits for the batch in flight and logs its failures: before a single status or
+    /// Event write (so a PodGroup's writes land in the order they were made), and when the
+    /// caller stops.
+    pub fn finish_reports_logged(&mut self) {
         for e in self.finish_reports() {
             tracing::warn!(error = %e, "status or event write failed");
         }
