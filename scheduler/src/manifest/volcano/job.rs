@@ -29,8 +29,9 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::NetworkTopologySpec;
 use super::job_policies::validate_policies;
-use super::{MAX_MIN_MEMBER, NetworkTopologySpec};
+use crate::manifest::checks::MAX_PODS_PER_GANG;
 use crate::manifest::convert::{pod_from_k8s, required_name};
 use crate::manifest::error::FieldError;
 use crate::model::{
@@ -264,10 +265,15 @@ fn defaulted_tasks(spec: &JobSpec) -> Result<Vec<DefaultedTask<'_>>, FieldError>
             ));
         }
         total += i64::from(replicas);
-        if total > i64::from(MAX_MIN_MEMBER) {
+        // Before any pod is made: 100,000 replicas cost 900 MB to expand only to be
+        // refused as a gang the ledger never commits.
+        if total > MAX_PODS_PER_GANG as i64 {
             return Err(FieldError::new(
                 format!("{path}.replicas"),
-                format!("the Job would have more than {MAX_MIN_MEMBER} pods"),
+                format!(
+                    "{replicas} makes the Job {total} pods, more than one gang may hold: the \
+                     ledger accepts at most {MAX_PODS_PER_GANG} pods per gang"
+                ),
             ));
         }
         let partition_min = task.partition_policy.as_ref().and_then(|p| {
