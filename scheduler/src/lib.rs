@@ -28,14 +28,11 @@ pub mod shard;
 pub mod simulate;
 
 /// The decoders' property tests' configuration: `default_cases` cases, or `PROPTEST_CASES`
-/// when set (the longer run, docs/security.md); a fixed seed, so a run is reproducible
-/// and a failure is found again by the same command.
+/// when set, and a fixed seed, or one mixed with `PHALANX_FUZZ_SEED`
+/// (`phalanx_statestore::fuzz_env::cases_and_seed`).
 #[cfg(test)]
 pub(crate) fn proptest_config(default_cases: u32, seed: u64) -> proptest::test_runner::Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
+    let (cases, seed) = phalanx_statestore::fuzz_env::cases_and_seed(default_cases, seed);
     proptest::test_runner::Config {
         cases,
         rng_seed: proptest::test_runner::RngSeed::Fixed(seed),

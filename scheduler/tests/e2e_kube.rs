@@ -346,6 +346,21 @@ fn create_hostile_objects(env: &Env) -> Result<Vec<Hostile>, String> {
             .block_on(env.queues().create(&PostParams::default(), &obj))
             .map_err(|e| format!("the API server refused Queue {name}: {e}"))?;
     }
+    // 10^13 GPUs: under the ledger's 2^53 per node, over the ~9.2e12 a cluster's total of
+    // a counted resource may reach before every queue's deserved share saturates (then no
+    // gang at all is placed, which the gang below would show). Unschedulable, so nothing
+    // lands on it whatever phalanx does.
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": HOSTILE_NODE},
+        "spec": {"unschedulable": true},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", GPU: "10000000000000"}},
+    }))
+    .map_err(|e| e.to_string())?;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    env.rt
+        .block_on(nodes.create(&PostParams::default(), &node))
+        .map_err(|e| format!("the API server refused Node {HOSTILE_NODE}: {e}"))?;
     env.create_gang("after-malformed", 2, 1)?;
     let ns = env.ns.clone();
     let default = "default".to_string();
@@ -388,16 +403,24 @@ fn create_hostile_objects(env: &Env) -> Result<Vec<Hostile>, String> {
         },
         Hostile {
             kind: "Queue",
-            event_ns: default,
+            event_ns: default.clone(),
             name: HOSTILE_QUEUES[1],
             reason: "FieldIgnored",
             note_has: ["spec.weight", "0 is read as 1"],
+        },
+        Hostile {
+            kind: "Node",
+            event_ns: default,
+            name: HOSTILE_NODE,
+            reason: "InvalidObject",
+            note_has: ["status.allocatable.nvidia.com/gpu", "10000000000000"],
         },
     ])
 }
 
 /// Cluster-scoped, so removed at the end of the check (the namespace stays).
 const HOSTILE_QUEUES: [&str; 2] = ["e2e-hostile-negative-weight", "e2e-hostile-zero-weight"];
+const HOSTILE_NODE: &str = "e2e-hostile-huge-gpus";
 
 /// The Warning Events phalanx wrote about `h`: their notes.
 fn warnings_about(env: &Env, h: &Hostile) -> Result<Vec<String>, String> {
@@ -476,6 +499,10 @@ fn check_hostile_objects_warned(env: &Env) -> Check {
             .rt
             .block_on(env.queues().delete(name, &DeleteParams::default()));
     }
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let _ = env
+        .rt
+        .block_on(nodes.delete(HOSTILE_NODE, &DeleteParams::default()));
     result
 }
 

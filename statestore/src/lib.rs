@@ -9,6 +9,7 @@
 pub mod client;
 pub mod cluster;
 pub mod expiry;
+pub mod fuzz_env;
 pub mod ledger;
 pub mod log_store;
 pub mod mirror;
@@ -35,14 +36,11 @@ pub use replica::{
 pub use tls::{TlsError, TlsFiles, TlsState, Transport};
 
 /// The property tests' configuration: `default_cases` cases (kept small so the unit tests
-/// stay fast), or `PROPTEST_CASES` when set (the longer run, docs/security.md); a fixed
-/// seed, so a run is reproducible and a failure is found again by the same command.
+/// stay fast), or `PROPTEST_CASES`, and a fixed seed, or one mixed with `PHALANX_FUZZ_SEED`
+/// (`fuzz_env::cases_and_seed`).
 #[cfg(test)]
 pub(crate) fn proptest_config(default_cases: u32, seed: u64) -> proptest::test_runner::Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
+    let (cases, seed) = crate::fuzz_env::cases_and_seed(default_cases, seed);
     proptest::test_runner::Config {
         cases,
         rng_seed: proptest::test_runner::RngSeed::Fixed(seed),

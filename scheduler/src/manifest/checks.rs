@@ -74,12 +74,34 @@ fn total_limit(name: &ResourceName) -> i64 {
 /// `i64::MAX / plugins::proportion::FINE`: see `total_limit`.
 pub(crate) const MAX_WHOLE_COUNT_TOTAL: i64 = i64::MAX / crate::plugins::proportion::FINE;
 
+/// Running totals of resources over nodes (or pods), each held to its `total_limit`.
+#[derive(Debug, Default)]
+pub(crate) struct BoundedTotals(BTreeMap<ResourceName, i64>);
+
+impl BoundedTotals {
+    /// Adds `resources` whole, or nothing when a total would pass its limit: then the
+    /// first such resource and its limit.
+    pub(crate) fn try_add(&mut self, resources: &Resources) -> Result<(), (ResourceName, i64)> {
+        let mut next = Vec::new();
+        for (name, amount) in resources.iter() {
+            let limit = total_limit(name);
+            let total = self.0.get(name).copied().unwrap_or(0);
+            match total.checked_add(amount).filter(|t| *t <= limit) {
+                Some(total) => next.push((name.clone(), total)),
+                None => return Err((name.clone(), limit)),
+            }
+        }
+        self.0.extend(next);
+        Ok(())
+    }
+}
+
 fn running_sums<'a>(
     loader: &Loader<'_>,
     items: impl Iterator<Item = ((&'static str, String), &'a Resources, i64)>,
     what: &str,
 ) -> Result<(), ManifestError> {
-    let mut totals: BTreeMap<ResourceName, i64> = BTreeMap::new();
+    let mut totals = BoundedTotals::default();
     let mut pods_total: i64 = 0;
     for (origin_key, resources, max_pods) in items {
         let overflow = |name: &str, limit: i64| {
@@ -102,14 +124,9 @@ fn running_sums<'a>(
             ));
             ManifestError::new(origin.at, Some(origin.object), problem)
         };
-        for (name, amount) in resources.iter() {
-            let limit = total_limit(name);
-            let total = totals.entry(name.clone()).or_insert(0);
-            *total = total
-                .checked_add(amount)
-                .filter(|t| *t <= limit)
-                .ok_or_else(|| overflow(name.as_str(), limit))?;
-        }
+        totals
+            .try_add(resources)
+            .map_err(|(name, limit)| overflow(name.as_str(), limit))?;
         pods_total = pods_total
             .checked_add(max_pods)
             .ok_or_else(|| overflow("pods", i64::MAX))?;

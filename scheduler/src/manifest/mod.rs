@@ -43,7 +43,7 @@ mod go_duration;
 mod load;
 mod quantity_text;
 pub mod scheduler_conf;
-mod unknown_fields;
+pub(crate) mod unknown_fields;
 pub mod volcano;
 mod workload;
 

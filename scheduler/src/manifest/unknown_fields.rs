@@ -9,7 +9,7 @@ use super::quantity_text::SkippedField;
 /// Top-level fields every document may carry that a typed read need not have: the header
 /// (read on its own first) and a `status` written by controllers, which phalanx does not
 /// read from a Job.
-const ROOT_FIELDS_READ_ELSEWHERE: &[&str] = &["apiVersion", "kind", "status"];
+pub(crate) const ROOT_FIELDS_READ_ELSEWHERE: &[&str] = &["apiVersion", "kind", "status"];
 
 /// The skipped fields that are really unknown.
 pub(crate) fn unknown_fields(skipped: Vec<SkippedField>) -> Vec<SkippedField> {

@@ -12,11 +12,11 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::manifest::FieldError;
-use crate::manifest::checks::check_gang_size;
+use crate::manifest::checks::{BoundedTotals, check_gang_size};
 use crate::manifest::volcano::{
     VolcanoPodGroup, VolcanoQueue, pod_group_from_volcano, queue_from_volcano,
 };
-use crate::model::{PodGroup, PodGroupCondition, PodGroupStatus, Queue, TimeMs};
+use crate::model::{Node, PodGroup, PodGroupCondition, PodGroupStatus, Queue, TimeMs};
 
 /// The annotation that keeps when a PodGroup became Inqueue (milliseconds since the epoch).
 pub const INQUEUE_SINCE_ANNOTATION: &str = "phalanx.dev/inqueue-since-ms";
@@ -150,6 +150,39 @@ pub fn status_patch(status: &PodGroupStatus) -> Value {
     })
 }
 
+/// The nodes whose resources the scheduler can total, in the order given (name order, so
+/// the same nodes are kept every cycle), and for each node left out its name and the error
+/// naming the field and the value. A counted resource (GPUs) is shared out in millionths of
+/// a unit, so its total over the cluster must stay under about 9.2e12: past it every
+/// queue's deserved share saturates and no gang is placed, with a message that blames the
+/// queue (issue 17). The ledger takes up to 2^53 of a resource on one node, so one node can
+/// pass it alone. The loader refuses such a file whole; here the node past the total is left
+/// out and told, and the others are scheduled.
+pub fn nodes_within_cluster_totals(
+    nodes: Vec<std::sync::Arc<Node>>,
+) -> (Vec<std::sync::Arc<Node>>, Vec<(String, FieldError)>) {
+    let mut totals = BoundedTotals::default();
+    let (mut kept, mut refused) = (Vec::with_capacity(nodes.len()), Vec::new());
+    for node in nodes {
+        match totals.try_add(&node.allocatable) {
+            Ok(()) => kept.push(node),
+            Err((name, limit)) => {
+                let value = node.allocatable.get(name.as_str());
+                let error = FieldError::new(
+                    format!("status.allocatable.{name}"),
+                    format!(
+                        "{value} would take the cluster's total {name} past {limit}; a \
+                         counted resource is shared out in millionths of a unit, and a \
+                         larger total would saturate every queue's deserved share"
+                    ),
+                );
+                refused.push((node.name.clone(), error));
+            }
+        }
+    }
+    (kept, refused)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +190,42 @@ mod tests {
 
     fn dynamic(value: Value) -> DynamicObject {
         serde_json::from_value(value).expect("a dynamic object")
+    }
+
+    #[test]
+    fn a_node_that_takes_the_clusters_gpu_total_past_the_shares_bound_is_left_out_naming_it() {
+        use crate::manifest::checks::MAX_WHOLE_COUNT_TOTAL;
+        let node = |name: &str, gpus: i64| {
+            let mut n = Node::new(name, crate::model::Resources::default());
+            n.allocatable
+                .set(&crate::model::ResourceName::new("nvidia.com/gpu"), gpus);
+            std::sync::Arc::new(n)
+        };
+        let half = MAX_WHOLE_COUNT_TOTAL / 2 - 8;
+        let nodes = vec![
+            node("a", half),
+            node("b", half),
+            node("c", half),
+            node("d", 8),
+        ];
+        let (kept, refused) = nodes_within_cluster_totals(nodes);
+        let names: Vec<&str> = kept.iter().map(|n| n.name.as_str()).collect();
+        // c is left out, whole; d, after it, still fits (the total is b's, not c's).
+        assert_eq!(names, ["a", "b", "d"]);
+        assert_eq!(refused.len(), 1);
+        let (name, error) = &refused[0];
+        assert_eq!(name, "c");
+        let text = error.to_string();
+        for part in [
+            "status.allocatable.nvidia.com/gpu",
+            &half.to_string(),
+            "deserved share",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        // Under the bound nothing is left out.
+        let (kept, refused) = nodes_within_cluster_totals(vec![node("a", half), node("b", 8)]);
+        assert_eq!((kept.len(), refused.len()), (2, 0));
     }
 
     #[test]

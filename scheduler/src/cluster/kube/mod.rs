@@ -584,6 +584,27 @@ impl KubeCluster {
         converted.warnings.tell(warning, version_of(meta));
     }
 
+    /// Leaves out (and tells) each node that would take the cluster's total of a counted
+    /// resource past what the scheduler computes with (`nodes_within_cluster_totals`).
+    fn leave_out_nodes_past_the_totals(
+        &self,
+        nodes: &mut Vec<Arc<Node>>,
+        converted: &mut Converted,
+    ) {
+        let (kept, refused) = convert::nodes_within_cluster_totals(std::mem::take(nodes));
+        *nodes = kept;
+        for (name, error) in refused {
+            let key = ObjectRef::<core::Node>::new(&name);
+            let meta = self.stores.nodes.get(&key).map(|n| n.metadata.clone());
+            Self::tell_skipped(
+                converted,
+                (Regarding::Node(name), &meta.unwrap_or_default()),
+                &error,
+                "no pod is placed on this node until it is fixed",
+            );
+        }
+    }
+
     /// Tells (once per version) what a converter read but did not act on as written.
     fn tell_caveats(
         converted: &mut Converted,
@@ -996,6 +1017,7 @@ impl Cluster for KubeCluster {
         }
         converted.nodes.retain(|k, _| live.contains(k));
         out.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        self.leave_out_nodes_past_the_totals(&mut out.nodes, &mut converted);
 
         // Before the pods: a pending pod of a skipped PodGroup is told so.
         let (pod_groups, skipped) = self.read_pod_groups(&mut converted, &mut overlay);

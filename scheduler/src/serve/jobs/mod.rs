@@ -452,13 +452,64 @@ fn parse_and_expand(
         obj.metadata.name.as_deref().unwrap_or("")
     );
     let value = serde_json::to_value(obj).map_err(|e| format!("{name}: {e}"))?;
-    let job: VolcanoJob = serde_json::from_value(value).map_err(|e| format!("{name}: {e}"))?;
-    let mut warnings = Vec::new();
+    let (job, mut warnings) = read_job(value).map_err(|e| format!("{name}: {e}"))?;
     let expanded =
         expand_job(&job, scheduler_name, &mut warnings).map_err(|e| format!("{name}: {e}"))?;
     let (shape, notes) = objects::job_shape(&job, &expanded);
     warnings.extend(notes);
     Ok((shape, expanded, warnings))
+}
+
+/// Unknown fields listed in one warning; the rest are counted.
+const UNKNOWN_FIELDS_LISTED: usize = 8;
+
+/// The Job as its types read it, and a warning for the fields they do not have. The API
+/// server prunes unknown fields from the rest of a Job, but keeps a task's `template` (and
+/// `volumes`, `dependsOn`, `partitionPolicy`, `networkTopology`) as written, so a typo
+/// there (`imagePullPolicyy`) would otherwise be dropped without a word when the pods are
+/// made; `simulate` warns about the same field in a file (`manifest::unknown_fields`).
+fn read_job(value: serde_json::Value) -> Result<(VolcanoJob, Vec<String>), serde_json::Error> {
+    use crate::manifest::unknown_fields::ROOT_FIELDS_READ_ELSEWHERE;
+    let mut unknown = Vec::new();
+    let job = serde_ignored::deserialize(value, |path| {
+        let path = field_path(&path);
+        if !ROOT_FIELDS_READ_ELSEWHERE.contains(&path.as_str()) {
+            unknown.push(path);
+        }
+    })?;
+    let mut warnings = Vec::new();
+    if !unknown.is_empty() {
+        let more = unknown.len().saturating_sub(UNKNOWN_FIELDS_LISTED);
+        unknown.truncate(UNKNOWN_FIELDS_LISTED);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        warnings.push(format!(
+            "unknown field(s) {}{more}: not part of a Volcano Job or a pod template, so the \
+             controller leaves them out of the pods it creates",
+            unknown.join(", ")
+        ));
+    }
+    Ok((job, warnings))
+}
+
+/// `spec.tasks[0].template`, as the loader writes paths (serde_ignored's own display adds a
+/// `?` for every optional field on the way).
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => match field_path(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// resourceVersion as the number etcd gives it (as the scheduler's status overlay reads it).
@@ -477,5 +528,58 @@ fn pod_view(pod: &core::Pod) -> PodView {
         phase: PodPhase::parse(status.and_then(|s| s.phase.as_deref())),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         evicted: status.and_then(|s| s.reason.as_deref()) == Some("Evicted"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job_with_template(container: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "5"},
+            "spec": {"minAvailable": 1, "tasks": [{"name": "w", "replicas": 1,
+                "template": {"spec": {"containers": [container]}}}]},
+            "status": {"state": {"phase": "Pending"}},
+        }))
+        .expect("a Job")
+    }
+
+    #[test]
+    fn an_unknown_field_in_a_task_template_is_warned_about_by_its_path() {
+        let obj = job_with_template(json!({"name": "c", "imagePullPolicyy": "Always"}));
+        let (_, expanded, warnings) = parse_and_expand(&obj, "phalanx").expect("the Job reads");
+        assert_eq!(expanded.pods.len(), 1);
+        let [warning] = warnings.as_slice() else {
+            panic!("{warnings:?}")
+        };
+        assert!(
+            warning.contains("spec.tasks[0].template.spec.containers[0].imagePullPolicyy"),
+            "{warning}"
+        );
+        // The Job's status (written by the controller) and its header are not unknown.
+        let obj = job_with_template(json!({"name": "c"}));
+        let (_, _, warnings) = parse_and_expand(&obj, "phalanx").expect("the Job reads");
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_template_of_many_unknown_fields_lists_a_few_and_counts_the_rest() {
+        let mut container = serde_json::Map::new();
+        container.insert("name".into(), json!("c"));
+        for i in 0..1000 {
+            container.insert(format!("typo{i:04}"), json!(i));
+        }
+        let obj = job_with_template(serde_json::Value::Object(container));
+        let (_, _, warnings) = parse_and_expand(&obj, "phalanx").expect("the Job reads");
+        let [warning] = warnings.as_slice() else {
+            panic!("{warnings:?}")
+        };
+        assert!(
+            warning.contains("typo0007") && !warning.contains("typo0008"),
+            "{warning}"
+        );
+        assert!(warning.contains("and 992 more"), "{warning}");
     }
 }
