@@ -128,7 +128,13 @@ fn queue_place(session: &Session, job: JobId) -> Option<String> {
 /// caller's clock reads: the simulator's are ms since its start, serve's are wall-clock ms.
 pub fn explain(session: &Session, key: &ObjectKey, time: &dyn Fn(u64) -> String) -> String {
     let state = &session.state;
-    let Some(job) = state.jobs.iter().position(|j| j.key() == key) else {
+    // A pod of a missing PodGroup is explained through the one job of its group's orphans.
+    let orphan_of = || {
+        let task = state.tasks.iter().find(|t| t.pod.key == *key)?;
+        task.job.filter(|&j| state.jobs[j].missing_group.is_some())
+    };
+    let found = state.jobs.iter().position(|j| j.key() == key);
+    let Some(job) = found.or_else(orphan_of) else {
         return format!("PodGroup {key}: no such PodGroup (or pod) in the cluster\n");
     };
     let j = &state.jobs[job];
@@ -141,7 +147,8 @@ pub fn explain(session: &Session, key: &ObjectKey, time: &dyn Fn(u64) -> String)
     };
     let _ = writeln!(
         out,
-        "PodGroup {key}: phase {}, priority {}, queue {}",
+        "PodGroup {}: phase {}, priority {}, queue {}",
+        j.key(),
         j.pod_group.status.phase.as_str(),
         j.priority,
         j.pod_group.queue
@@ -158,6 +165,10 @@ pub fn explain(session: &Session, key: &ObjectKey, time: &dyn Fn(u64) -> String)
         count(TaskStatus::Failed),
     );
     match j.queue {
+        None if j.missing_group.is_some() => {
+            // Its queue is the missing PodGroup's, which nobody can read.
+            let _ = writeln!(out, "  queue: unknown (its PodGroup does not exist)");
+        }
         None => {
             let _ = writeln!(
                 out,

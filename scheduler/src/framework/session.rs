@@ -630,6 +630,33 @@ impl SessionState {
         id
     }
 
+    /// The job of the pending pods that name PodGroup `group`, which does not exist: one
+    /// per missing group, keyed by it, made with its first pod. Volcano never places such
+    /// pods; they stay visible with the reason. One job rather than one per pod, since a
+    /// hostile or broken 10,000-pod gang must not be 10,000 jobs to order every cycle
+    /// (bench: `phalanx-bench cycle --skipped-pods 10000`).
+    fn add_orphan_job(
+        &mut self,
+        pod: &Pod,
+        group: &str,
+        job_index: &mut HashMap<ObjectKey, JobId>,
+    ) -> JobId {
+        let key = ObjectKey::new(&pod.key.namespace, group);
+        let mut orphan = PodGroup::new(key.clone(), 1);
+        orphan.creation_index = pod.creation_index;
+        orphan.status.phase = PodGroupPhase::Inqueue;
+        let id = self.add_job(orphan, true);
+        // In no queue: the missing PodGroup names the queue, and its pods must not add to
+        // the default queue's request (the proportion plugin's deserved share), nor be
+        // ordered with its jobs. Volcano leaves such pods out of its snapshot.
+        if let Some(q) = self.jobs[id].queue.take() {
+            self.queues[q].jobs.retain(|&j| j != id);
+        }
+        self.jobs[id].missing_group = Some(group.to_string());
+        job_index.insert(key, id);
+        id
+    }
+
     fn add_task(
         &mut self,
         pod: &Arc<Pod>,
@@ -655,16 +682,13 @@ impl SessionState {
             .and_then(|n| self.node_index.get(n).copied());
         let job = match &pod.group {
             Some(group) => match job_index.get(&ObjectKey::new(&pod.key.namespace, group)) {
+                // The orphans' job holds their pending pods only, as each was before.
+                Some(&id) if self.jobs[id].missing_group.is_some() => {
+                    (managed && status == TaskStatus::Pending).then_some(id)
+                }
                 Some(&id) => Some(id),
                 None if managed && status == TaskStatus::Pending => {
-                    // Volcano never places such a pod; keep it visible with the reason.
-                    let mut orphan = PodGroup::new(pod.key.clone(), 1);
-                    orphan.creation_index = pod.creation_index;
-                    orphan.status.phase = PodGroupPhase::Inqueue;
-                    let id = self.add_job(orphan, true);
-                    self.jobs[id].missing_group = Some(group.clone());
-                    job_index.insert(pod.key.clone(), id);
-                    Some(id)
+                    Some(self.add_orphan_job(pod, group, job_index))
                 }
                 None => None,
             },
@@ -1029,6 +1053,63 @@ mod tests {
     use crate::framework::SchedulerConf;
     use crate::framework::testing::Cluster;
     use crate::model::resources::{CPU, GPU};
+
+    #[test]
+    fn pods_of_a_missing_pod_group_are_one_blocked_job_never_placed_and_explained_by_pod() {
+        // A 10,000-pod gang whose PodGroup serve skipped was 10,000 jobs, ordered and
+        // blocked one by one every cycle (2.4x the cycle at 500 nodes,
+        // `phalanx-bench cycle --nodes 500 --pods 5000 --skipped-pods 10000`).
+        let mut cluster = Cluster::new()
+            .node("gpu-1", &[(CPU, 32_000), (GPU, 8)])
+            .group("fine", "default", 2)
+            .pod("fine-0", Some("fine"), &[(GPU, 1)])
+            .pod("fine-1", Some("fine"), &[(GPU, 1)])
+            .running_pod("ghost-run", Some("ghost"), "gpu-1", &[(GPU, 1)]);
+        for i in 0..50 {
+            cluster = cluster.pod(&format!("ghost-{i}"), Some("ghost"), &[(GPU, 1)]);
+        }
+        let snapshot = cluster.build();
+        let (plan, session) =
+            crate::framework::run_cycle(&snapshot, &SchedulerConf::volcano_default(), "phalanx");
+        let state = &session.state;
+        let orphans: Vec<_> = state
+            .jobs
+            .iter()
+            .filter(|j| j.missing_group.is_some())
+            .collect();
+        assert_eq!(orphans.len(), 1, "one job for the missing group");
+        let ghost = orphans[0];
+        assert_eq!(ghost.key().to_string(), "default/ghost");
+        assert_eq!(ghost.tasks.len(), 50, "its pending pods only");
+        assert_eq!(ghost.blocked_code, Some("PodGroupNotFound"));
+        assert_eq!(
+            ghost.queue, None,
+            "its pods ask nothing of the default queue"
+        );
+        let shares = crate::plugins::proportion::compute_deserved(state);
+        assert_eq!(shares[0].request.get(GPU), 2, "the fine gang's pods only");
+        // The running pod of the missing group still holds its GPU and belongs to no job.
+        let run = state.tasks.iter().find(|t| t.pod.key.name == "ghost-run");
+        assert!(run.is_some_and(|t| t.job.is_none()));
+        assert_eq!(
+            state.nodes[0].idle.get(GPU),
+            5,
+            "8 - ghost-run - the fine gang"
+        );
+        let bound: Vec<String> = (plan.gangs.iter())
+            .flat_map(|g| g.placements.iter().map(|p| p.pod.name.clone()))
+            .collect();
+        assert_eq!(bound, ["fine-0", "fine-1"]);
+        let text = crate::framework::explain::explain(
+            &session,
+            &crate::model::ObjectKey::new("default", "ghost-7"),
+            &|at| at.to_string(),
+        );
+        assert!(
+            text.starts_with("PodGroup default/ghost:") && text.contains("does not exist"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_pod_on_a_node_missing_from_the_snapshot_holds_nothing_on_the_nodes_there() {
