@@ -1,6 +1,6 @@
 //! `start_replica`: one ledger replica (Raft + log store + state machine + gRPC server).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::expiry::{Clock, spawn_expiry_loop, system_clock};
 use crate::log_store::{FileLogStore, LogStoreStats};
 use crate::network::{
     FaultInjector, FaultStats, LedgerGrpc, MAX_MESSAGE_BYTES, MAX_PROPOSAL_BYTES, NetworkFaults,
-    PeerNetwork, RaftGrpc,
+    PeerNetwork, RaftGrpc, Reachability,
 };
 use crate::raft_types::{
     BatchResponse, EncodedBatch, LedgerBatch, MAX_COMMANDS_PER_BATCH, NodeId, Raft,
@@ -137,6 +137,7 @@ pub struct ReplicaHandle {
     log: FileLogStore,
     isolated: Arc<AtomicBool>,
     faults: FaultInjector,
+    reach: Reachability,
     shutdown_tx: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     expiry: Option<JoinHandle<()>>,
@@ -215,13 +216,15 @@ pub async fn start_replica_over(
     let reader = sm.reader();
     let isolated = Arc::new(AtomicBool::new(false));
     let faults = FaultInjector::new();
+    let reach = Reachability::new();
     let network = PeerNetwork::new(
         Arc::clone(&isolated),
         Duration::from_millis(config.connect_timeout_ms),
         Duration::from_millis(config.rpc_timeout_ms),
     )
     .with_faults(faults.clone())
-    .with_transport(transport.clone());
+    .with_transport(transport.clone())
+    .with_reachability(reach.clone());
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let raft = Raft::new(id, raft_config, network, log.clone(), sm)
@@ -276,6 +279,7 @@ pub async fn start_replica_over(
         log,
         isolated,
         faults,
+        reach,
         shutdown_tx: Some(shutdown_tx),
         server: Some(server),
         expiry: Some(expiry),
@@ -336,6 +340,12 @@ impl ReplicaHandle {
     /// Latest Raft metrics.
     pub fn metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
         self.raft.metrics().borrow().clone()
+    }
+
+    /// The peers whose Raft listener refused this replica's last connection attempt and
+    /// have not answered since: crashed or restarting (`network/reachability.rs`).
+    pub fn peers_refusing(&self) -> BTreeSet<NodeId> {
+        self.reach.refusing()
     }
 
     /// Log file size and entry count.

@@ -466,3 +466,44 @@ async fn a_proposal_over_the_batch_limits_is_invalid_argument_naming_size_and_li
         .await;
     assert!(reply.is_ok(), "{reply:?}");
 }
+
+/// Polls `cond` every 20 ms for up to `WAIT`.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_follower_refuses_the_leaders_connections_until_it_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(&dir).await;
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap();
+    let mut followers = cluster.running_ids();
+    followers.retain(|id| *id != leader);
+    let (victim, other) = (followers[0], followers[1]);
+    let refusing = |c: &LocalCluster| c.replica(leader).unwrap().peers_refusing();
+    assert!(refusing(&cluster).is_empty(), "{:?}", refusing(&cluster));
+
+    cluster.kill(victim).await.unwrap();
+    eventually("the leader sees the killed follower refuse", || {
+        refusing(&cluster).contains(&victim)
+    })
+    .await;
+    assert!(
+        !refusing(&cluster).contains(&other),
+        "a live follower is never refusing"
+    );
+
+    cluster.restart(victim).await.unwrap();
+    eventually("the restarted follower answers the leader again", || {
+        refusing(&cluster).is_empty()
+    })
+    .await;
+    cluster.shutdown().await.unwrap();
+}

@@ -144,6 +144,7 @@ pub mod name {
         PENDING_JOBS = "phalanx_pending_jobs", Gauge, "PodGroups of this replica's shards with pods not placed";
         /// Voters and learners of the ledger group, as this replica applied it.
         RAFT_VOTERS = "phalanx_raft_voters", Gauge, "Voters of the ledger group";
+        RAFT_PEERS_REFUSING = "phalanx_raft_peers_refusing", Gauge, "Peers whose Raft listener refused this replica's last connection (crashed or restarting; the leader counts them dead at once)";
         RAFT_LEARNERS = "phalanx_raft_learners", Gauge, "Learners of the ledger group";
         /// Membership steps the leader took, by `step` (add_learner, set_voters,
         /// remove_learners).

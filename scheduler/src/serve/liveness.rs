@@ -8,6 +8,11 @@
 //! A leader starts with an empty table (it cannot know what the previous leader saw), so
 //! for one lease after it began to lead it declares nobody dead: every replica that owns a
 //! shard, or whose Lease it sees, counts as live until it has had one whole lease to renew.
+//!
+//! Faster than any Lease: a replica whose Raft listener refused the leader's last
+//! connection (no process listens there: it crashed or is restarting) is dead at once,
+//! grace or not (`phalanx_statestore::network::reachability`). Being wrong costs shard
+//! moves, never safety (the deposed owner's writes carry a stale epoch).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +29,8 @@ pub struct LeaseWatch {
     /// The last `resourceVersion` seen per replica.
     versions: BTreeMap<ReplicaId, String>,
     heard: Heartbeats,
+    /// The replicas whose Raft listener refused the leader's last connection.
+    refusing: BTreeSet<ReplicaId>,
 }
 
 impl LeaseWatch {
@@ -34,7 +41,18 @@ impl LeaseWatch {
             since_ms: now_ms,
             versions: BTreeMap::new(),
             heard: Heartbeats::new(lease_ms),
+            refusing: BTreeSet::new(),
         }
+    }
+
+    /// Notes the replicas whose Raft listener refuses connections now.
+    pub fn observe_refusing(&mut self, refusing: BTreeSet<ReplicaId>) {
+        self.refusing = refusing;
+    }
+
+    /// The replicas noted as refusing connections.
+    pub fn refusing(&self) -> &BTreeSet<ReplicaId> {
+        &self.refusing
     }
 
     /// Notes the Lease versions listed at `now_ms`: a replica is heard from when its
@@ -61,7 +79,8 @@ impl LeaseWatch {
     }
 
     /// The live replicas at `now_ms`, among `members` (only Raft members may own shards).
-    /// During the grace lease the current `owners` count as live too.
+    /// During the grace lease the current `owners` count as live too; a replica that
+    /// refuses connections never does.
     pub fn live(
         &self,
         now_ms: u64,
@@ -72,7 +91,7 @@ impl LeaseWatch {
         if self.in_grace(now_ms) {
             live.extend(owners.iter().copied());
         }
-        live.retain(|r| members.contains(r));
+        live.retain(|r| members.contains(r) && !self.refusing.contains(r));
         live
     }
 }
@@ -118,6 +137,22 @@ mod tests {
         assert_eq!(w.live(1000, &set(&[]), &set(&[1])), set(&[]));
         w.observe(&listed(&[(1, "v2")]), 1100);
         assert_eq!(w.live(1500, &set(&[]), &set(&[1])), set(&[1]));
+    }
+
+    #[test]
+    fn a_replica_refusing_connections_is_dead_at_once_even_in_grace_until_it_answers() {
+        let members = set(&[1, 2, 3]);
+        let mut w = LeaseWatch::new(1000, 0);
+        w.observe(&listed(&[(1, "a"), (2, "b"), (3, "c")]), 0);
+        w.observe_refusing(set(&[2]));
+        assert!(w.in_grace(100));
+        assert_eq!(w.live(100, &set(&[2, 3]), &members), set(&[1, 3]));
+        // Its Lease renewed meanwhile changes nothing while it refuses.
+        w.observe(&listed(&[(1, "a"), (2, "b2"), (3, "c")]), 200);
+        assert_eq!(w.live(300, &set(&[2]), &members), set(&[1, 3]));
+        // Restarted, it answers again and counts as live on its Lease.
+        w.observe_refusing(set(&[]));
+        assert_eq!(w.live(400, &set(&[2]), &members), set(&[1, 2, 3]));
     }
 
     #[test]

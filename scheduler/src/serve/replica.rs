@@ -59,6 +59,8 @@ pub struct ShardedReplica {
     /// Raft voters, as the ledger replica's metrics said this period: the only replicas
     /// that may own a shard (a learner being added does not).
     members: BTreeSet<ReplicaId>,
+    /// The peers whose Raft listener refused this replica's last connection.
+    refusing: BTreeSet<ReplicaId>,
     /// Shard -> epoch owned this period, as the ledger said.
     owned: BTreeMap<ShardId, Epoch>,
     /// The liveness table, while this replica leads Raft (a new one each leadership).
@@ -94,6 +96,7 @@ impl ShardedReplica {
             leases,
             health,
             members,
+            refusing: BTreeSet::new(),
             owned: BTreeMap::new(),
             watch: None,
             running: None,
@@ -116,6 +119,12 @@ impl ShardedReplica {
     /// The voters of the Raft group this period: the only replicas that may own a shard.
     pub fn set_members(&mut self, voters: BTreeSet<ReplicaId>) {
         self.members = voters;
+    }
+
+    /// The peers whose Raft listener refused this replica's last connection: dead at
+    /// once for the leader's duties (`liveness.rs`).
+    pub fn set_refusing(&mut self, refusing: BTreeSet<ReplicaId>) {
+        self.refusing = refusing;
     }
 
     /// The replicas whose Lease this leader heard within one lease of its last listing of
@@ -175,6 +184,7 @@ impl ShardedReplica {
             Ok(listed) => watch.observe(&listed, now),
             Err(e) => tracing::warn!(error = %e, "listing the replica leases failed"),
         }
+        watch.observe_refusing(self.refusing.clone());
         self.running = Some(watch.running(now));
         let state = self.ledger.read_state()?;
         for cmd in node_commands(&state, &snapshot.nodes, &self.map) {
@@ -198,7 +208,8 @@ impl ShardedReplica {
             next_epoch(m.shard, m.new_epoch.saturating_sub(1))?;
             self.ledger.propose_all(vec![cmd])?;
             counter!(metric::SHARD_MOVES).increment(1);
-            tracing::info!(shard = m.shard, from = ?m.from, to = m.to, epoch = m.new_epoch, ?live, "shard assigned");
+            let refusing = watch.refusing();
+            tracing::info!(shard = m.shard, from = ?m.from, to = m.to, epoch = m.new_epoch, ?live, ?refusing, "shard assigned");
         }
         self.health.shard_taken();
         Ok(())

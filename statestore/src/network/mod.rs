@@ -1,9 +1,11 @@
 //! The gRPC network between replicas (`peer`: openraft's client side; `server`: the
-//! services a replica serves), the wire conversions (`wire`) and a seeded
+//! services a replica serves), the wire conversions (`wire`), which peers refuse
+//! connections (`reachability`, a fast sign of a crashed peer) and a seeded
 //! fault-injection test seam on outgoing Raft RPCs (`faults`, inert by default).
 
 pub mod faults;
 pub mod peer;
+pub mod reachability;
 pub mod server;
 pub mod wire;
 
@@ -21,4 +23,5 @@ pub const MAX_PROPOSAL_BYTES: usize = 2 * 1024 * 1024;
 
 pub use faults::{FaultInjector, FaultStats, NetworkFaults};
 pub use peer::{PeerClient, PeerNetwork};
+pub use reachability::Reachability;
 pub use server::{LedgerGrpc, RaftGrpc};

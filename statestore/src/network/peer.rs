@@ -24,6 +24,7 @@ use phalanx_proto::raft::{RaftReply, RaftRequest};
 use tonic::transport::{Channel, Endpoint};
 
 use super::faults::FaultInjector;
+use super::reachability::{Reachability, is_connection_refused};
 use super::wire::{self, WireError};
 use crate::raft_types::{NodeId, TypeConfig};
 use crate::tls::Transport;
@@ -42,6 +43,8 @@ pub struct PeerNetwork {
     rpc_timeout: Duration,
     /// Plaintext or mutual TLS (a peer must prove to be the replica it is called as).
     transport: Transport,
+    /// Which peers refused the last connection (read by the scheduler's leader).
+    reach: Reachability,
 }
 
 impl PeerNetwork {
@@ -57,7 +60,14 @@ impl PeerNetwork {
             connect_timeout,
             rpc_timeout,
             transport: Transport::Plaintext,
+            reach: Reachability::new(),
         }
+    }
+
+    /// The same, noting each peer's refusals and answers in `reach`.
+    pub fn with_reachability(mut self, reach: Reachability) -> Self {
+        self.reach = reach;
+        self
     }
 
     /// The same, over `transport`.
@@ -182,8 +192,18 @@ impl PeerClient {
                 "rpc to {} timed out after {deadline:?}",
                 self.target
             ))),
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Ok(resp)) => {
+                self.net.reach.note_answered(target);
+                Ok(resp.into_inner())
+            }
             Ok(Err(Some(status))) => match status.code() {
+                tonic::Code::Unavailable if is_connection_refused(&status) => {
+                    self.net.reach.note_refused(target);
+                    Err(unreachable(format!(
+                        "peer {target} refused the connection: {}",
+                        status.message()
+                    )))
+                }
                 tonic::Code::Unavailable => Err(unreachable(format!(
                     "peer {} unavailable: {}",
                     self.target,
