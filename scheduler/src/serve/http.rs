@@ -1,6 +1,8 @@
 //! The replica's small HTTP endpoint: `/healthz` (the process is alive), `/readyz` (the
 //! replica can do its job: its watch caches have synced, the ledger has a leader, and, when
-//! it leads, it could take its shard), `/metrics` (Prometheus text).
+//! it leads, it could take its shard), `/metrics` (Prometheus text), and, only when the
+//! process started with `PHALANX_CHAOS_FAILPOINTS=1`, `POST /debug/crash-at/<point>`
+//! (`failpoint.rs`).
 //!
 //! A plain HTTP/1.1 responder on tokio: one request per connection, bounded header size,
 //! read and write time, and number of connections at once ([`HttpLimits`]), so slow,
@@ -195,8 +197,14 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         return;
     }
     let head = String::from_utf8_lossy(&buf[..len]);
-    let path = head.split_whitespace().nth(1).unwrap_or("/");
-    let (code, content_type, body) = respond(path, health, metrics);
+    let mut words = head.split_whitespace();
+    let method = words.next().unwrap_or("GET");
+    let path = words.next().unwrap_or("/");
+    let failpoints = super::failpoint::global();
+    let (code, content_type, body) = match failpoint_request(failpoints, method, path) {
+        Some((code, body)) => (code, "text/plain; charset=utf-8", body),
+        None => respond(path, health, metrics),
+    };
     let reply = format!(
         "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -231,6 +239,42 @@ fn respond(
             ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         _ => ("404 Not Found", TEXT, "not found\n".into()),
+    }
+}
+
+/// `POST /debug/crash-at/<point>` (chaos only, `failpoint.rs`): `None` for any other
+/// request, and 404 while failpoints are off, as for a path that does not exist.
+fn failpoint_request(
+    failpoints: &super::failpoint::Failpoints,
+    method: &str,
+    path: &str,
+) -> Option<(&'static str, String)> {
+    let name = path.strip_prefix("/debug/crash-at/")?;
+    if !failpoints.enabled() {
+        return Some(("404 Not Found", "not found\n".into()));
+    }
+    if method != "POST" {
+        return Some(("405 Method Not Allowed", "POST only\n".into()));
+    }
+    let Some(point) = super::failpoint::CrashPoint::parse(name) else {
+        let known: Vec<&str> = super::failpoint::CrashPoint::ALL
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        return Some((
+            "400 Bad Request",
+            format!("unknown failpoint {name:?}; known: {}\n", known.join(", ")),
+        ));
+    };
+    match failpoints.arm(point) {
+        Ok(()) => {
+            tracing::warn!(
+                point = name,
+                "failpoint armed (chaos): the next cross-shard gang this replica coordinates crashes it there"
+            );
+            Some(("200 OK", format!("armed {name}\n")))
+        }
+        Err(e) => Some(("409 Conflict", format!("{e}\n"))),
     }
 }
 

@@ -6,7 +6,7 @@
 //!  │ ledger replica N (openraft, sled, gRPC on --listen) ◀──Raft──▶ peers   │
 //!  │ LedgerClient (all peers)                                               │
 //!  │ KubeCluster (watch caches; binds, status, events, evictions)           │
-//!  │ HTTP --http: /healthz /readyz /metrics                                 │
+//!  │ HTTP --http: /healthz /readyz /metrics (+ chaos failpoints, off)       │
 //!  │ loop every --period-ms (replica.rs):                                   │
 //!  │   renew Lease <scheduler-name>-replica-N                               │
 //!  │   Raft leader? ── yes ──▶ Leases → live; nodes → UpsertNode{shard};    │
@@ -26,6 +26,7 @@
 //! gone, and accounts pods that other schedulers bound.
 
 pub mod admin;
+pub mod failpoint;
 pub mod http;
 pub mod identity;
 pub mod jobs;
@@ -470,7 +471,12 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         gauge!(metric::RAFT_VOTERS).set(voters.len() as f64);
         gauge!(metric::RAFT_LEARNERS).set(membership.learner_ids().count() as f64);
+        // A removed replica's last refusal stays in the table; only members count.
+        let mut refusing = replica.peers_refusing();
+        refusing.retain(|r| voters.contains(r));
         me.set_members(voters);
+        gauge!(metric::RAFT_PEERS_REFUSING).set(refusing.len() as f64);
+        me.set_refusing(refusing);
         me.period(&mut cluster, leader.then_some(metrics.current_term));
         tell_object_warnings(&cluster, metrics.current_leader, opts.id);
         if let Some(admin) = &admin {

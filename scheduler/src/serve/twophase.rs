@@ -30,10 +30,11 @@ use std::sync::{Arc, Mutex};
 
 use metrics::{counter, histogram};
 use phalanx_statestore::LedgerState;
-use phalanx_statestore::ledger::{Epoch, LedgerCommand, ReplicaId, ShardId, TxnId};
+use phalanx_statestore::ledger::{Epoch, LedgerCommand, ReplicaId, ShardId, TxnDecision, TxnId};
 use phalanx_statestore::{LedgerResponse, PodPlacement, Transport};
 use tokio::runtime::Handle;
 
+use super::failpoint::{self, CrashPoint};
 use super::ledger::ServeLedger;
 use super::metric;
 use crate::cluster::ClusterSnapshot;
@@ -369,8 +370,24 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
     }
 
     fn propose(&mut self, _by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
+        let commit = match &cmd {
+            LedgerCommand::TxnDecide {
+                txn,
+                decision: TxnDecision::Commit,
+                ..
+            } => Some(txn.clone()),
+            _ => None,
+        };
+        if let Some(txn) = &commit {
+            failpoint::hit(CrashPoint::AfterReservations, txn);
+        }
         match self.input.ledger.propose_raw(vec![cmd]) {
-            Ok(mut r) if !r.is_empty() => Some(r.remove(0)),
+            Ok(mut r) if !r.is_empty() => {
+                if let Some(txn) = &commit {
+                    failpoint::hit(CrashPoint::AfterDecision, txn);
+                }
+                Some(r.remove(0))
+            }
             Ok(_) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "a transaction command's outcome is unknown; resent later");
@@ -410,6 +427,7 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
     /// Binds a committed transaction's pods, then marks bound those of shards this replica
     /// owns; the other shards' owners mark theirs when their reconcile sees the pods bound.
     fn bind(&mut self, _by: ReplicaId, txn: &TxnId, gang: &str, pods: &[PodPlacement]) {
+        failpoint::hit(CrashPoint::BeforeBind, txn);
         let binds: Vec<(ObjectKey, String)> = pods
             .iter()
             .map(|p| (ObjectKey::parse(&p.pod), p.node.clone()))

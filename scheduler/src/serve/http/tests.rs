@@ -137,3 +137,34 @@ fn readyz_is_503_with_the_reason_whenever_the_replica_cannot_do_its_job() {
     h.shard_taken();
     assert_eq!(readyz(&h).0, "200 OK");
 }
+
+#[test]
+fn the_crash_failpoint_route_is_404_while_off_and_arms_only_a_known_point_by_post() {
+    use crate::serve::failpoint::{CrashPoint, Failpoints};
+    let off = Failpoints::new(false);
+    let arm = "/debug/crash-at/after-decision";
+    assert_eq!(
+        failpoint_request(&off, "POST", arm).unwrap().0,
+        "404 Not Found"
+    );
+    assert_eq!(failpoint_request(&off, "GET", "/metrics"), None);
+    assert!(!off.take(CrashPoint::AfterDecision));
+
+    let on = Failpoints::new(true);
+    assert_eq!(
+        failpoint_request(&on, "GET", arm).unwrap().0,
+        "405 Method Not Allowed"
+    );
+    let (code, body) = failpoint_request(&on, "POST", "/debug/crash-at/nowhere").unwrap();
+    assert_eq!(code, "400 Bad Request");
+    assert!(
+        body.contains("\"nowhere\"") && body.contains("before-bind"),
+        "{body}"
+    );
+    assert!(
+        !on.take(CrashPoint::AfterDecision),
+        "nothing armed by a refused request"
+    );
+    assert_eq!(failpoint_request(&on, "POST", arm).unwrap().0, "200 OK");
+    assert!(on.take(CrashPoint::AfterDecision));
+}
