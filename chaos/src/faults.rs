@@ -46,7 +46,7 @@ pub enum FaultKind {
     /// A share of one replica's Raft and coordinator connections lost (refused when
     /// opened, cut while open), both ways.
     LinkLoss,
-    /// Hostile objects created (`src/hostile.rs`), left for the rest of the run.
+    /// Hostile objects created (`src/hostile.rs`), left until the next such injection.
     HostileObjects,
     /// SIGKILL a replica that does not lead, keep it down until the leader compacted its
     /// log past it, restart it: it must catch up by InstallSnapshot (`src/catchup.rs`).
@@ -54,10 +54,14 @@ pub enum FaultKind {
     /// A replica added under load, then another one (not the new one) removed, each by
     /// a rolling restart with the new `--peers` (`src/membership.rs`).
     MembershipChange,
+    /// A shard owner stopped by its own crash failpoint while it coordinates a
+    /// cross-shard gang, at a drawn step of the two-phase reservation, then restarted
+    /// (`src/crash.rs`).
+    CoordinatorCrash,
 }
 
 /// Every kind: the soak and `--matrix full`.
-pub const ALL_KINDS: [FaultKind; 16] = [
+pub const ALL_KINDS: [FaultKind; 17] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,
     FaultKind::FollowerKill,
@@ -74,18 +78,19 @@ pub const ALL_KINDS: [FaultKind; 16] = [
     FaultKind::HostileObjects,
     FaultKind::SnapshotCatchup,
     FaultKind::MembershipChange,
+    FaultKind::CoordinatorCrash,
 ];
 
 /// The kinds of `--matrix ci`: the pid and API-server faults, `follower-power-loss`,
 /// `snapshot-catchup` (which runs every replica with a small snapshot threshold, so
 /// every case of the matrix runs under snapshot and log-compaction stress) and
 /// `hostile-objects` (with a wide gang of [`CI_HOSTILE_WIDE_PODS`], so the later cases
-/// run with its pods pending). The link faults and `membership-change` are in `--matrix
+/// run with its pods pending) and `coordinator-crash` (the 2PC failpoints). The link faults and `membership-change` are in `--matrix
 /// full` and the soak only: a run with a link fault puts the link proxies between the
 /// replicas for every case, and the one such run on an unloaded enough machine has not
 /// been had yet (chaos/README.md, "Found so far"); a membership change's rolling restarts
 /// take 30 s or more per injection.
-pub const CI_KINDS: [FaultKind; 11] = [
+pub const CI_KINDS: [FaultKind; 12] = [
     FaultKind::LeaderKill,
     FaultKind::OwnerKill,
     FaultKind::FollowerKill,
@@ -97,13 +102,15 @@ pub const CI_KINDS: [FaultKind; 11] = [
     FaultKind::WatchCut,
     FaultKind::SnapshotCatchup,
     FaultKind::HostileObjects,
+    FaultKind::CoordinatorCrash,
 ];
 
 /// Pods of `hostile-objects`' wide gang (one GPU each, the cluster has 128): the issue's
-/// 10,000, in `--matrix full` and the soak.
+/// 10,000, in `--matrix full`.
 pub const HOSTILE_WIDE_PODS: u32 = 10_000;
-/// The same under `--matrix ci`: still far past the 16 pods a skipped group's Events
-/// are bounded to and the cluster's GPUs, and created in seconds rather than minutes.
+/// The same under `--matrix ci` and the soak: still far past the 16 pods a skipped
+/// group's Events are bounded to and the cluster's GPUs, and created in seconds rather
+/// than minutes (a 2 h soak injects `hostile-objects` dozens of times).
 pub const CI_HOSTILE_WIDE_PODS: u32 = 1_000;
 
 /// The victim of the API-server faults: every replica at once (there is no replica 0).
@@ -128,6 +135,7 @@ impl FaultKind {
             Self::HostileObjects => "hostile-objects",
             Self::SnapshotCatchup => "snapshot-catchup",
             Self::MembershipChange => "membership-change",
+            Self::CoordinatorCrash => "coordinator-crash",
         }
     }
 
@@ -224,12 +232,17 @@ impl Fault {
                 self.param, LOSS_EVERY_MS, self.down_ms
             ),
             FaultKind::HostileObjects => format!(
-                "hostile PodGroups and pods created (chaos/src/hostile.rs), watched for {} ms, left in place",
+                "hostile PodGroups and pods created (chaos/src/hostile.rs), watched for {} ms, left in place until the next hostile-objects injection deletes them",
                 self.down_ms
             ),
             FaultKind::SnapshotCatchup => format!(
                 "SIGKILL, kept down {} ms or more and until the leader's log is two snapshot intervals and {} entries past it; restarted from its data dir, it must catch up by InstallSnapshot",
                 self.down_ms, self.param
+            ),
+            FaultKind::CoordinatorCrash => format!(
+                "crash failpoint {} armed, a cross-shard gang made in its shard's queue; once it crashed there, restarted from its data dir after {} ms",
+                crate::crash::point(self.param).name(),
+                self.down_ms
             ),
             FaultKind::MembershipChange => "a replica added (started with the new --peers, the others restarted with it one at a time, the leader last), then this one stopped (SIGTERM) and the others restarted without it".to_string(),
         }
@@ -251,7 +264,7 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], per_kind: usize, lease_ms: u64) 
         .map(|kind| {
             let down_ms = match kind {
                 FaultKind::LeaderKill => rng.random_range(lease_ms / 2..=lease_ms * 2),
-                FaultKind::OwnerKill | FaultKind::SnapshotCatchup => {
+                FaultKind::OwnerKill | FaultKind::SnapshotCatchup | FaultKind::CoordinatorCrash => {
                     rng.random_range(lease_ms * 3 / 2..=lease_ms * 5 / 2)
                 }
                 FaultKind::FollowerKill | FaultKind::FollowerPowerLoss => {
@@ -287,6 +300,8 @@ pub fn schedule(seed: u64, kinds: &[FaultKind], per_kind: usize, lease_ms: u64) 
                 FaultKind::FollowerPowerLoss => (0, rng.random()),
                 // Entries the leader commits past the victim beyond the minimum.
                 FaultKind::SnapshotCatchup => (rng.random_range(0..=catchup::SNAPSHOT_EVERY), 0),
+                // Which step of the two-phase reservation (`crash::point`).
+                FaultKind::CoordinatorCrash => (rng.random_range(0..=2), 0),
                 _ => (0, 0),
             };
             Fault {
@@ -313,7 +328,10 @@ pub fn pick_victim(fleet: &Fleet, kind: FaultKind, pick: u64) -> anyhow::Result<
         return Ok(ALL_REPLICAS);
     }
     let views = fleet.views();
-    let owner_needed = matches!(kind, FaultKind::OwnerKill | FaultKind::OwnerPause);
+    let owner_needed = matches!(
+        kind,
+        FaultKind::OwnerKill | FaultKind::OwnerPause | FaultKind::CoordinatorCrash
+    );
     // A link fault may hit any replica, the leader too.
     let any = matches!(kind, FaultKind::LinkDelay | FaultKind::LinkLoss);
     let mut candidates: Vec<u64> = views
@@ -367,6 +385,7 @@ pub fn inject(
         }
         FaultKind::SnapshotCatchup => catchup::inject(fleet, victim, f, after_hit),
         FaultKind::MembershipChange => membership::inject(fleet, victim, after_hit),
+        FaultKind::CoordinatorCrash => crate::crash::inject(fleet, victim, f, after_hit),
         FaultKind::LeaderPause | FaultKind::OwnerPause => {
             fleet.replica(victim)?.sigstop()?;
             let t = Instant::now();
@@ -550,11 +569,15 @@ mod tests {
                     "{f:?}"
                 ),
                 FaultKind::MembershipChange => assert_eq!(f.down_ms, 0, "{f:?}"),
+                FaultKind::CoordinatorCrash => {
+                    assert!(f.param <= 2 && f.down_ms > 1000, "{f:?}")
+                }
             }
             let seeded = f.kind.through_proxy()
                 || f.kind.through_links()
                 || f.kind == FaultKind::FollowerPowerLoss
-                || f.kind == FaultKind::SnapshotCatchup;
+                || f.kind == FaultKind::SnapshotCatchup
+                || f.kind == FaultKind::CoordinatorCrash;
             if !seeded {
                 assert_eq!((f.param, f.seed), (0, 0), "{f:?}");
             }

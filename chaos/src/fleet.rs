@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::links::{self, Links};
 
@@ -26,6 +26,9 @@ pub struct FleetConfig {
     pub lease_ms: u64,
     /// `serve --snapshot-every` of every replica (serve's default when None).
     pub snapshot_every: Option<u64>,
+    /// Start every replica with serve's crash failpoints on (`PHALANX_CHAOS_FAILPOINTS=1`),
+    /// for `coordinator-crash`.
+    pub failpoints: bool,
 }
 
 /// One replica: its addresses (kept across restarts) and its process when running.
@@ -108,13 +111,18 @@ fn peers(map: &BTreeMap<u64, String>) -> String {
 
 /// GET over plain HTTP: (status, body).
 fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    http_request(addr, "GET", path)
+}
+
+/// One bodiless request over plain HTTP: (status, body).
+fn http_request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, String), String> {
     let mut s =
         TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut text = String::new();
@@ -145,6 +153,39 @@ impl Replica {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Arms serve's crash failpoint `point` (`POST /debug/crash-at/<point>`; the fleet
+    /// must run with failpoints on, `FleetConfig::failpoints`).
+    pub fn arm_crash(&self, point: &str) -> anyhow::Result<()> {
+        let (code, body) = http_request(self.http, "POST", &format!("/debug/crash-at/{point}"))
+            .map_err(|e| anyhow::anyhow!("arming failpoint {point} on replica {}: {e}", self.id))?;
+        anyhow::ensure!(
+            code == 200,
+            "arming failpoint {point} on replica {}: HTTP {code}: {}",
+            self.id,
+            body.trim()
+        );
+        Ok(())
+    }
+
+    /// Waits up to `within` for the process to exit by itself: its exit code (`None` for
+    /// a signal), or `Ok(None)` if it still runs. An exited process is reaped and gone.
+    pub fn wait_exit(&mut self, within: Duration) -> anyhow::Result<Option<Option<i32>>> {
+        let start = Instant::now();
+        loop {
+            let Some(c) = self.child.as_mut() else {
+                anyhow::bail!("replica {} is not running", self.id);
+            };
+            if let Some(status) = c.try_wait()? {
+                self.child = None;
+                return Ok(Some(status.code()));
+            }
+            if start.elapsed() >= within {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn sigkill(&mut self) {
@@ -405,6 +446,10 @@ impl Fleet {
                     .flat_map(|n| ["--snapshot-every".to_string(), n.to_string()]),
             )
             .env("PHALANX_LOG", "info,openraft=error")
+            .env(
+                "PHALANX_CHAOS_FAILPOINTS",
+                if c.failpoints { "1" } else { "0" },
+            )
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()

@@ -2,7 +2,9 @@
 //! `minMember: 2147483647`, PodGroups whose `minResources` are `1e400` and `-1`, a pod
 //! requesting `1e400` GPUs, a pod whose PodGroup does not exist, and one gang far wider
 //! than the cluster (10,000 pods by default). None of them can be placed whole; they stay
-//! until the end of the run, so every later fault and gang meets them too. What must hold:
+//! until the next `hostile-objects` injection deletes them before making its own (so a
+//! soak, which injects it dozens of times, holds one set at a time, not dozens), and every
+//! later fault and gang meets them. What must hold:
 //! the replicas never crash (the fleet must be whole after the fault, as after any) and
 //! keep binding the other gangs (I5 on every shard), and none of them is half-placed (I2).
 //! What the API server refuses is not the replicas' to handle; it is reported as refused.
@@ -18,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use phalanx_scheduler::cluster::kube::{
     POD_WARNINGS_PER_SKIPPED_GROUP, REASON_INVALID, REASON_INVALID_POD_GROUP,
@@ -28,6 +30,9 @@ use phalanx_scheduler::manifest::convert::pod_from_k8s;
 use serde_json::{Value, json};
 
 use crate::recorder::{GPU, GROUP_ANNOTATION};
+
+/// The label on every hostile object, so that the next injection finds and deletes them.
+const HOSTILE_LABEL: &str = "phalanx.dev/chaos-hostile";
 
 /// One hostile PodGroup: its name and `spec` beyond the queue.
 fn groups() -> Vec<(&'static str, Value)> {
@@ -50,7 +55,7 @@ fn groups() -> Vec<(&'static str, Value)> {
 fn pod(ns: &str, name: &str, group: &str, gpus: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns,
+        "metadata": {"name": name, "namespace": ns, "labels": {HOSTILE_LABEL: "true"},
             "annotations": {GROUP_ANNOTATION: group, "volcano.sh/task-spec": "worker",
                 "phalanx.dev/sim-duration": "2000ms"}},
         "spec": {"schedulerName": "phalanx", "priorityClassName": "chaos-low",
@@ -75,7 +80,8 @@ async fn create_group(
     );
     let pg: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": ns}, "spec": spec,
+        "metadata": {"name": name, "namespace": ns, "labels": {HOSTILE_LABEL: "true"}},
+        "spec": spec,
     }))
     .map_err(|e| e.to_string())?;
     api.create(&PostParams::default(), &pg)
@@ -143,8 +149,32 @@ impl Created {
     }
 }
 
-/// Creates the hostile objects in `ns`, queue `queue`, each name with the injection's
-/// number `n`; the wide gang has `wide_pods` pods.
+/// Deletes the hostile pods and PodGroups an earlier injection left in `ns`.
+async fn retire(client: &kube::Client, ns: &str) -> Result<(), String> {
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let ours = ListParams::default().labels(&format!("{HOSTILE_LABEL}=true"));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete_collection(&now, &ours)
+        .await
+        .map_err(|e| format!("deleting the earlier hostile pods: {e}"))?;
+    let groups: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &volcano_resource("PodGroup", "podgroups"),
+    );
+    groups
+        .delete_collection(&now, &ours)
+        .await
+        .map_err(|e| format!("deleting the earlier hostile PodGroups: {e}"))?;
+    Ok(())
+}
+
+/// Deletes the earlier injection's hostile objects, then creates this one's in `ns`,
+/// queue `queue`, each name with the injection's number `n`; the wide gang has
+/// `wide_pods` pods.
 pub async fn create(
     client: &kube::Client,
     ns: &str,
@@ -153,6 +183,10 @@ pub async fn create(
     wide_pods: u32,
 ) -> Created {
     let mut out = Created::default();
+    if let Err(e) = retire(client, ns).await {
+        // Not fatal: the earlier set stays, as it did before the retirement was built.
+        out.refused.push(e);
+    }
     let named = |base: &str| format!("{base}-{n:04}");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let make = |name: &str, group: &str, gpus: &str| pod(ns, name, group, gpus);

@@ -5,6 +5,7 @@
 mod baseline;
 mod catchup;
 mod check;
+mod crash;
 mod faults;
 mod fleet;
 mod history;
@@ -31,8 +32,8 @@ use crate::report::Case;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Matrix {
     /// The CI kinds (`faults::CI_KINDS`: the pid and API-server faults,
-    /// follower-power-loss, snapshot-catchup and hostile-objects with a 1,000-pod wide
-    /// gang) `--per-kind` times (2 by default).
+    /// follower-power-loss, snapshot-catchup, hostile-objects with a 1,000-pod wide
+    /// gang, and coordinator-crash) `--per-kind` times (2 by default).
     Ci,
     /// Every fault kind `--per-kind` times.
     Full,
@@ -120,9 +121,10 @@ struct Cli {
     /// of through the harness's link proxies (then the link faults cannot be injected).
     #[arg(long)]
     direct_links: bool,
-    /// Pods of the wide gang the `hostile-objects` fault creates: 10,000 by default,
-    /// 1,000 under `--matrix ci` (still past the 16 pods told and the cluster's 128
-    /// GPUs; 10,000 take minutes to create, list and delete on 2 cores).
+    /// Pods of the wide gang the `hostile-objects` fault creates: 10,000 under `--matrix
+    /// full`, 1,000 under `--matrix ci` and `--soak` (still past the 16 pods told and the
+    /// cluster's 128 GPUs; 10,000 take minutes to create, list and delete on 2 cores, and
+    /// a soak injects the fault dozens of times).
     #[arg(long)]
     hostile_wide_pods: Option<u32>,
 }
@@ -367,6 +369,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             snapshot_every: kinds
                 .contains(&FaultKind::SnapshotCatchup)
                 .then_some(catchup::SNAPSHOT_EVERY),
+            failpoints: kinds.contains(&FaultKind::CoordinatorCrash),
         },
         warmup_ms: 5000,
         interval_ms: cli.interval_ms,
@@ -375,8 +378,8 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
         // Only a run with a link fault puts the proxies between the replicas.
         link_proxies: !cli.direct_links && kinds.iter().any(|k| k.through_links()),
         hostile_wide_pods: cli.hostile_wide_pods.unwrap_or(match cli.matrix {
-            Some(Matrix::Ci) => faults::CI_HOSTILE_WIDE_PODS,
-            _ => faults::HOSTILE_WIDE_PODS,
+            Some(Matrix::Full) => faults::HOSTILE_WIDE_PODS,
+            _ => faults::CI_HOSTILE_WIDE_PODS,
         }),
     };
     let history_path = out.join("history.jsonl");

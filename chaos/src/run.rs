@@ -162,19 +162,33 @@ fn whole(fleet: &Fleet) -> bool {
 /// pending when its owner is hit.
 fn probe(ctx: &Ctx, shards: &[u32], n: usize) {
     for s in shards {
-        let g = GangSpec {
-            name: format!("probe-{n:04}-s{s}"),
-            queue: ctx.queues[s].clone(),
-            pods: 1,
-            gpus: 1,
-            priority: "chaos-high",
-            run_ms: 1000,
-        };
-        // A probe that cannot be created only leaves that shard without a probe.
-        let _ = ctx
-            .rt
-            .block_on(workload::create_gang(&ctx.client, &ctx.ns, &g));
+        probe_gang(ctx, format!("probe-{n:04}-s{s}"), *s, 1, 1);
     }
+}
+
+/// A wide gang (6 pods of 4 GPUs, more than one shard's pool: placed by two-phase
+/// reservation) in the queue of the first of `shards`, so that their owner coordinates one.
+fn cross_shard_probe(ctx: &Ctx, shards: &[u32], n: usize) {
+    if let Some(s) = shards.first() {
+        probe_gang(ctx, format!("probe-{n:04}-wide-s{s}"), *s, 6, 4);
+    }
+}
+
+/// A high-priority gang of `pods` pods of `gpus` GPUs in shard `s`'s queue. One that
+/// cannot be created only leaves that shard without a probe (for `coordinator-crash`, the
+/// workload's own wide gangs may still reach the failpoint).
+fn probe_gang(ctx: &Ctx, name: String, s: u32, pods: u32, gpus: u32) {
+    let g = GangSpec {
+        name,
+        queue: ctx.queues[&s].clone(),
+        pods,
+        gpus,
+        priority: "chaos-high",
+        run_ms: 1000,
+    };
+    let _ = ctx
+        .rt
+        .block_on(workload::create_gang(&ctx.client, &ctx.ns, &g));
 }
 
 /// Injects the schedule (or, for a soak, until `until`), each fault on a whole fleet.
@@ -249,6 +263,9 @@ fn inject_one(
                 Ok(said) => made = format!("{made}; {said}"),
                 Err(e) => told = Err(e),
             }
+        }
+        if f.kind == FaultKind::CoordinatorCrash {
+            cross_shard_probe(ctx, &shards, n);
         }
         probe(ctx, &shards, n)
     })?;
