@@ -434,6 +434,7 @@ fn check_owner_killed(
         .iter()
         .position(|r| r.id == victim)
         .ok_or("victim not found")?;
+    let wakeups_before = loop_wakeups(replicas)?;
     replicas[victim_at].kill();
     let killed_at = Instant::now();
     env.create_gang("orphan", &queue, 2)?;
@@ -473,6 +474,7 @@ fn check_owner_killed(
             "shard {shard} moved to {new_owner} at epoch {new_epoch}, not above {epoch}"
         ));
     }
+    let woken = woken_by_the_kill(replicas, &wakeups_before, new_owner)?;
     let expected = BTreeSet::from([new_owner.to_string()]);
     if orphan_by != expected || after_by != expected {
         return Err(format!(
@@ -503,8 +505,54 @@ fn check_owner_killed(
         }
     }
     Ok(format!(
-        "replica {victim} (owner of shard {shard} at epoch {epoch}) SIGKILLed after a commit; shard {shard} now {new_owner} at epoch {new_epoch}; the committed placement bound on {node} by {new_owner} {:.1}s after the kill; no overcommit, no half-bound gang",
+        "replica {victim} (owner of shard {shard} at epoch {epoch}) SIGKILLed after a commit; shard {shard} now {new_owner} at epoch {new_epoch}; the committed placement bound on {node} by {new_owner} {:.1}s after the kill ({woken}); no overcommit, no half-bound gang",
         took.as_secs_f64()
+    ))
+}
+
+/// Replica id -> (early wakeups of its loop for a refusing peer, for a shard moved).
+type Wakeups = BTreeMap<u64, (f64, f64)>;
+
+fn loop_wakeups(replicas: &[Replica]) -> Result<Wakeups, String> {
+    let metric = |r: &Replica, reason: &str| {
+        r.counter(&format!(
+            "phalanx_loop_wakeups_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    replicas
+        .iter()
+        .filter(|r| r.alive())
+        .map(|r| Ok((r.id, (metric(r, "refusal")?, metric(r, "shard_moved")?))))
+        .collect()
+}
+
+/// Checks that the kill woke the loops at once (`serve/wakeup.rs`): the leader's when the
+/// victim's Raft port refused it, the new owner's when the ledger moved the shard.
+fn woken_by_the_kill(
+    replicas: &[Replica],
+    before: &Wakeups,
+    new_owner: u64,
+) -> Result<String, String> {
+    let after = loop_wakeups(replicas)?;
+    let delta = |id: u64| {
+        let (r0, s0) = before.get(&id).copied().unwrap_or_default();
+        let (r1, s1) = after.get(&id).copied().unwrap_or_default();
+        (r1 - r0, s1 - s0)
+    };
+    let leader = replicas
+        .iter()
+        .find(|r| r.alive() && r.is_leader())
+        .map(|r| r.id)
+        .ok_or("no live leader after the kill")?;
+    let (refusals, _) = delta(leader);
+    let (_, moved) = delta(new_owner);
+    if refusals < 1.0 || moved < 1.0 {
+        return Err(format!(
+            "the kill did not wake the loops: leader {leader} woke {refusals} times for a refusing peer, new owner {new_owner} {moved} times for a shard moved"
+        ));
+    }
+    Ok(format!(
+        "leader {leader} woken by the refusal, owner {new_owner} by the move"
     ))
 }
 

@@ -348,6 +348,16 @@ impl ReplicaHandle {
         self.reach.refusing()
     }
 
+    /// Changes each time a peer starts refusing this replica's connections.
+    pub fn newly_refusing(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reach.subscribe()
+    }
+
+    /// Changes each time the applied ledger moved a shard (`LedgerReader::shard_moves`).
+    pub fn shard_moves(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reader.shard_moves()
+    }
+
     /// Log file size and entry count.
     pub fn log_stats(&self) -> Result<LogStoreStats, ReplicaError> {
         Ok(self.log.stats()?)

@@ -97,6 +97,10 @@ pub mod name {
             "GPUs of the cluster's schedulable nodes, by state (allocatable, used)";
         // The replica's loop.
         CYCLES = "phalanx_cycles_total", Counter, "Scheduling cycles run";
+        /// Why each period of serve's loop started, by `reason` (period, raft, refusal,
+        /// shard_moved): all but `period` are early wakeups (`serve/wakeup.rs`).
+        LOOP_WAKEUPS = "phalanx_loop_wakeups_total", Counter,
+            "Periods of the replica's loop, by what started them (the period, or an early wakeup)";
         CYCLE_SECONDS = "phalanx_cycle_duration_seconds", Histogram,
             "Duration of one scheduling cycle in seconds (plan, commit, bind)";
         PODS_BOUND = "phalanx_pods_bound_total", Counter, "Pods bound";

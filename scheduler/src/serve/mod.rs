@@ -8,6 +8,7 @@
 //!  │ KubeCluster (watch caches; binds, status, events, evictions)           │
 //!  │ HTTP --http: /healthz /readyz /metrics (+ chaos failpoints, off)       │
 //!  │ loop every --period-ms (replica.rs):                                   │
+//!  │   (sooner on a new leader, a refusing peer, a shard moved: wakeup.rs)  │
 //!  │   renew Lease <scheduler-name>-replica-N                               │
 //!  │   Raft leader? ── yes ──▶ Leases → live; nodes → UpsertNode{shard};    │
 //!  │       │                   assign_shards → AssignShard{…, term}         │
@@ -38,6 +39,7 @@ pub mod membership;
 pub mod replica;
 pub mod route;
 pub mod twophase;
+pub mod wakeup;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -458,6 +460,12 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     me.set_admin(admin.clone());
     let period = Duration::from_millis(opts.period_ms.max(10));
     let mut last_leader = None;
+    let mut wakeups = wakeup::Wakeups::new(
+        opts.id,
+        replica.raft().metrics(),
+        replica.newly_refusing(),
+        replica.shard_moves(),
+    );
     while !stopping.load(Ordering::Relaxed) {
         let started = Instant::now();
         let metrics = replica.metrics();
@@ -490,7 +498,9 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         if let (true, Some(running)) = (leader, me.running()) {
             follow_peers(&runtime, &replica, &desired, running);
         }
-        std::thread::sleep(period.saturating_sub(started.elapsed()));
+        let woke = runtime.block_on(wakeups.wait(period.saturating_sub(started.elapsed())));
+        counter!(metric::LOOP_WAKEUPS, "reason" => woke.label()).increment(1);
+        std::thread::sleep(wakeup::MIN_GAP.saturating_sub(started.elapsed()));
     }
     // The last cycle's statuses and Events, still being written in the background.
     cluster.finish_reports_logged();

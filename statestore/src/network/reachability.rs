@@ -19,12 +19,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 use crate::raft_types::NodeId;
 
 /// Shared between every peer client of one replica and whoever asks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Reachability {
     refused: Arc<Mutex<BTreeMap<NodeId, bool>>>,
+    /// Counts the times a peer started refusing (answering -> refused), so that the
+    /// scheduler's loop wakes at once rather than at its next period (`serve/wakeup.rs`).
+    /// The heartbeats that find it refusing again change nothing.
+    newly_refusing: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Reachability {
+    fn default() -> Self {
+        Self {
+            refused: Arc::default(),
+            newly_refusing: Arc::new(watch::Sender::new(0)),
+        }
+    }
 }
 
 impl Reachability {
@@ -35,7 +50,16 @@ impl Reachability {
     fn set(&self, peer: NodeId, refused: bool) {
         // A poisoned lock only means a panic elsewhere mid-insert; the map stays usable.
         let mut map = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(peer, refused);
+        let was = map.insert(peer, refused).unwrap_or(false);
+        drop(map);
+        if refused && !was {
+            self.newly_refusing.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Changes each time a peer starts refusing.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.newly_refusing.subscribe()
     }
 
     /// The peer answered (any reply, an error status included): a process listens.
@@ -85,6 +109,25 @@ mod tests {
         assert_eq!(r.refusing(), BTreeSet::from([3]));
         r.note_refused(1);
         assert_eq!(r.refusing(), BTreeSet::from([1, 3]));
+    }
+
+    #[test]
+    fn only_a_peer_that_starts_refusing_wakes_a_subscriber() {
+        let r = Reachability::new();
+        let mut rx = r.subscribe();
+        r.note_answered(1);
+        assert!(!rx.has_changed().unwrap(), "an answer wakes nobody");
+        r.note_refused(1);
+        assert!(rx.has_changed().unwrap());
+        rx.mark_unchanged();
+        r.note_refused(1);
+        assert!(!rx.has_changed().unwrap(), "refused again is no news");
+        r.note_answered(1);
+        r.note_refused(1);
+        assert!(
+            rx.has_changed().unwrap(),
+            "refusing again after answering is"
+        );
     }
 
     #[derive(Debug, thiserror::Error)]

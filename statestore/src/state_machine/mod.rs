@@ -19,13 +19,14 @@ use openraft::{
     StoredMembership,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 pub mod journal;
 
 use crate::ledger::bounds;
 use crate::ledger::{
     ApplyContext, Changes, LeaderTerm, LedgerCommand, LedgerResponse, LedgerState, Refusal,
-    apply_recording,
+    StateKey, apply_recording,
 };
 use crate::raft_types::{
     BatchResponse, EncodedBatch, Entry, LogId, MAX_COMMANDS_PER_BATCH, NodeId, StorageError,
@@ -64,9 +65,18 @@ struct StoredSnapshot {
 #[derive(Debug, Clone)]
 pub struct LedgerReader {
     shared: Arc<RwLock<SmState>>,
+    shard_moves: Arc<watch::Sender<u64>>,
 }
 
 impl LedgerReader {
+    /// Changes each time an applied `AssignShard` set a shard's owner and epoch, and when
+    /// a snapshot is installed (it may have moved any): the scheduler's loop wakes on it
+    /// rather than waiting out its period (`serve/wakeup.rs`). A refused one changes
+    /// nothing.
+    pub fn shard_moves(&self) -> watch::Receiver<u64> {
+        self.shard_moves.subscribe()
+    }
+
     /// Runs `f` on the applied ledger and the last applied log id.
     pub fn read<T>(&self, f: impl FnOnce(&LedgerState, Option<LogId>) -> T) -> T {
         self.read_with_journal(|state, applied, _| f(state, applied))
@@ -91,6 +101,7 @@ impl LedgerReader {
 pub struct LedgerStateMachine {
     shared: Arc<RwLock<SmState>>,
     store: SnapshotStore,
+    shard_moves: Arc<watch::Sender<u64>>,
 }
 
 /// sled-backed snapshot storage.
@@ -199,6 +210,7 @@ impl LedgerStateMachine {
         Ok(Self {
             shared: Arc::new(RwLock::new(state)),
             store,
+            shard_moves: Arc::new(watch::Sender::new(0)),
         })
     }
 
@@ -206,7 +218,13 @@ impl LedgerStateMachine {
     pub fn reader(&self) -> LedgerReader {
         LedgerReader {
             shared: Arc::clone(&self.shared),
+            shard_moves: Arc::clone(&self.shard_moves),
         }
+    }
+
+    /// Tells the readers' subscribers that shards may have moved.
+    fn note_shard_moves(&self) {
+        self.shard_moves.send_modify(|n| *n += 1);
     }
 
     fn write_guard(&self) -> Result<std::sync::RwLockWriteGuard<'_, SmState>, StorageError> {
@@ -353,6 +371,7 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         let mut guard = self.write_guard()?;
         let s = &mut *guard;
         let mut out = Vec::new();
+        let mut shards_moved = false;
         for entry in entries {
             s.last_applied = Some(entry.log_id);
             let response = match entry.payload {
@@ -361,7 +380,9 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
                     let ctx = entry_context(&entry.log_id, &s.last_membership);
                     let mut changes = Changes::recording();
                     let r = apply_entry(&mut s.ledger, &batch, &ctx, &mut changes);
-                    s.journal.record(entry.log_id.index, changes.into_keys());
+                    let keys = changes.into_keys();
+                    shards_moved |= keys.iter().any(|k| matches!(k, StateKey::Shard(_)));
+                    s.journal.record(entry.log_id.index, keys);
                     r
                 }
                 EntryPayload::Membership(m) => {
@@ -370,6 +391,10 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
                 }
             };
             out.push(response);
+        }
+        drop(guard);
+        if shards_moved {
+            self.note_shard_moves();
         }
         Ok(out)
     }
@@ -414,6 +439,7 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         s.journal.reset(index);
         s.current_snapshot = Some(snap);
         drop(s);
+        self.note_shard_moves();
         // Only a leader's InstallSnapshot lands here (a local build goes through
         // `build_snapshot`): operators and phalanx-chaos's `snapshot-catchup` read this
         // line as the proof that a follower was caught up by snapshot, not by log.
@@ -494,6 +520,7 @@ mod tests {
             replica: 2,
             term: 5,
         };
+        let mut moves = sm.reader().shard_moves();
         let responses = sm
             .apply([
                 entry(4, 1, 1, EntryPayload::Membership(membership)),
@@ -524,6 +551,18 @@ mod tests {
                 .map(|keys| keys.into_iter().cloned().collect::<Vec<_>>())
         });
         assert_eq!(changed, Some(vec![crate::ledger::StateKey::Shard(0)]));
+        assert!(
+            moves.has_changed().unwrap(),
+            "an applied AssignShard wakes the loop"
+        );
+        moves.mark_unchanged();
+        sm.apply([entry(5, 2, 5, assign(9, 3, current))])
+            .await
+            .unwrap();
+        assert!(
+            !moves.has_changed().unwrap(),
+            "a refused AssignShard moved nothing"
+        );
 
         let snapshot = snap(10, &reader.read(|s, _| s.clone()));
         sm.install_snapshot(&snapshot.meta, Box::new(Cursor::new(snapshot.data.clone())))
@@ -533,6 +572,10 @@ mod tests {
             reader.read_with_journal(|_, _, j| (j.floor(), j.changed_since(4, 10).is_none()));
         assert_eq!(floor, 10);
         assert!(stale, "a reader from before the snapshot must resync");
+        assert!(
+            moves.has_changed().unwrap(),
+            "a snapshot may move any shard"
+        );
     }
 
     #[test]
