@@ -28,6 +28,7 @@ use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
+use crate::rss::{RssSampler, SAMPLE_EVERY};
 use crate::trivial;
 
 #[derive(Clone, Debug)]
@@ -55,6 +56,9 @@ pub struct KubeBench {
     /// Queues the gangs are spread over, round-robin. A queue is scheduled by the owner of
     /// its shard, so scale-out needs at least one queue per shard.
     pub queues: usize,
+    /// A scheduler already running whose memory to sample (kube-scheduler's pid); the
+    /// replicas started here are sampled without it.
+    pub rss_pid: Option<u32>,
 }
 
 struct Replica(Child);
@@ -314,6 +318,13 @@ pub fn run(b: &KubeBench) -> Result<()> {
     } else {
         Vec::new()
     };
+    let node_count = rt.block_on(trivial::node_names(&client))?.len();
+    let mut rss = RssSampler::new(
+        replicas
+            .iter()
+            .map(|r| r.0.id())
+            .chain(b.rss_pid.filter(|_| !is_phalanx)),
+    );
 
     // Our own watch records when each pod is first seen bound.
     let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -428,10 +439,11 @@ pub fn run(b: &KubeBench) -> Result<()> {
     let deadline = first + b.timeout;
     loop {
         let n = bound_at.lock().unwrap_or_else(|e| e.into_inner()).len();
+        rss.sample();
         if n >= b.pods || Instant::now() > deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(SAMPLE_EVERY);
     }
     watch.abort();
     drop(replicas);
@@ -494,6 +506,19 @@ pub fn run(b: &KubeBench) -> Result<()> {
         percentile(&latencies, 0.99).as_secs_f64(),
         latencies.last().copied().unwrap_or_default().as_secs_f64(),
     );
+    if let Some(r) = rss.report() {
+        println!(
+            "\n| scheduler | nodes | pods | RSS when all were bound, MiB (per replica) | largest RSS during the run, MiB | samples |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        println!(
+            "| {label} | {node_count} | {} | {:.0} | {:.0} | {} |",
+            bound.len(),
+            r.end_mib,
+            r.peak_mib,
+            r.samples
+        );
+    }
 
     // Clean up: the pods go (kwok removes deleted pods), so the next run starts empty.
     let force = DeleteParams {

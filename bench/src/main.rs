@@ -5,9 +5,13 @@
 //! generated cluster of N nodes × G GPUs with P pending pods in gangs of 1..64.
 //!
 //! `codec`: the Raft log record and proposal sizes and codec times, JSON beside postcard.
+//!
+//! `kube`: create→bound on the testbed for phalanx serve, kube-scheduler or the trivial
+//! binder, and the scheduler's resident memory through the run (`rss.rs`).
 
 mod codec;
 mod kube;
+mod rss;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -103,6 +107,11 @@ enum Command {
         /// Queues the gangs are spread over (0: the default queue); balanced over the shards.
         #[arg(long, default_value_t = 0)]
         queues: usize,
+        /// The pid of the scheduler already running (`--scheduler default-scheduler`):
+        /// its resident memory is sampled through the run and printed beside the table,
+        /// as the replicas' are for `--scheduler phalanx`.
+        #[arg(long)]
+        rss_pid: Option<u32>,
     },
     /// Throughput of the sharded runtime over a grid of replicas × shards (real Raft for
     /// two replicas or more).
@@ -303,6 +312,7 @@ fn main() -> Result<()> {
             create_concurrency,
             shards,
             queues,
+            rss_pid,
         } => kube::run(&kube::KubeBench {
             kubeconfig,
             scheduler,
@@ -320,6 +330,7 @@ fn main() -> Result<()> {
             create_concurrency,
             shards,
             queues,
+            rss_pid,
         }),
         Command::Cycle {
             nodes,
