@@ -29,6 +29,9 @@ pub struct FleetConfig {
     /// Start every replica with serve's crash failpoints on (`PHALANX_CHAOS_FAILPOINTS=1`),
     /// for `coordinator-crash`.
     pub failpoints: bool,
+    /// `serve --raft-heartbeat-ms, --raft-election-min-ms, --raft-election-max-ms` of every
+    /// replica (serve's defaults when None).
+    pub raft_timers: Option<[u64; 3]>,
 }
 
 /// One replica: its addresses (kept across restarts) and its process when running.
@@ -445,6 +448,15 @@ impl Fleet {
                     .iter()
                     .flat_map(|n| ["--snapshot-every".to_string(), n.to_string()]),
             )
+            .args(c.raft_timers.iter().flat_map(|[h, lo, hi]| {
+                [
+                    ("--raft-heartbeat-ms", h),
+                    ("--raft-election-min-ms", lo),
+                    ("--raft-election-max-ms", hi),
+                ]
+                .map(|(flag, ms)| [flag.to_string(), ms.to_string()])
+                .concat()
+            }))
             .env("PHALANX_LOG", "info,openraft=error")
             .env(
                 "PHALANX_CHAOS_FAILPOINTS",

@@ -67,7 +67,7 @@ struct Cli {
     kills: usize,
     /// The baseline's Lease duration, renew deadline and retry period in seconds
     /// [default: Kubernetes' 15,10,2].
-    #[arg(long, value_delimiter = ',', num_args = 3)]
+    #[arg(long, value_delimiter = ',', value_name = "LEASE,RENEW,RETRY")]
     baseline_lease: Vec<u64>,
     /// Cycle through every fault kind for this long (`90s`, `30m`, `2h`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "check_history")]
@@ -99,6 +99,10 @@ struct Cli {
     period_ms: u64,
     #[arg(long, default_value_t = 1000)]
     lease_ms: u64,
+    /// Every replica's Raft timers, as `serve --raft-heartbeat-ms,--raft-election-min-ms,
+    /// --raft-election-max-ms` [default: serve's, 40,100,200].
+    #[arg(long, value_delimiter = ',', value_name = "HEARTBEAT,MIN,MAX")]
+    raft_timers: Vec<u64>,
     /// I2: how long a gang may be partly bound (a bind round) past the faults it overlapped.
     #[arg(long, default_value_t = 3000)]
     round_ms: u64,
@@ -325,6 +329,11 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
         None => std::env::temp_dir().join(format!("phalanx-chaos-{}-{}", cli.seed, stamp())),
     };
     std::fs::create_dir_all(&out)?;
+    let raft_timers = match cli.raft_timers.as_slice() {
+        [] => None,
+        [h, lo, hi] => Some([*h, *lo, *hi]),
+        v => anyhow::bail!("--raft-timers {v:?}: expected three numbers of ms, as 20,50,100"),
+    };
     let kinds = kinds_of(cli);
     if cli.direct_api
         && let Some(k) = kinds.iter().find(|k| k.through_proxy())
@@ -370,6 +379,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
                 .contains(&FaultKind::SnapshotCatchup)
                 .then_some(catchup::SNAPSHOT_EVERY),
             failpoints: kinds.contains(&FaultKind::CoordinatorCrash),
+            raft_timers,
         },
         warmup_ms: 5000,
         interval_ms: cli.interval_ms,
@@ -417,7 +427,7 @@ fn live(cli: &Cli) -> anyhow::Result<bool> {
             ("phalanx-chaos".into(), env!("CARGO_PKG_VERSION").into()),
             ("kube-apiserver".into(), o.api_version.clone()),
             ("testbed".into(), "etcd + kube-apiserver + kwok from deploy/testbed (docs/testbed.md), 16 nodes x 8 GPUs, 4 zones".into()),
-            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}{}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms, config.fleet.snapshot_every.map_or(String::new(), |n| format!(" --snapshot-every {n}")))),
+            ("replicas".into(), format!("3 x phalanx serve --shards {} --period-ms {} --shard-lease-ms {}{}, 2PC on, mutual TLS (certificates from deploy/tls/make-certs.sh)", cli.shards, cli.period_ms, cli.lease_ms, config.fleet.snapshot_every.map_or(String::new(), |n| format!(" --snapshot-every {n}")) + &config.fleet.raft_timers.map_or(String::new(), |[h, lo, hi]| format!(" --raft-heartbeat-ms {h} --raft-election-min-ms {lo} --raft-election-max-ms {hi}")))),
             ("replica links".into(), if cli.direct_links || !kinds.iter().any(|k| k.through_links()) {
                 "direct (no link fault in this run, or --direct-links)".into()
             } else {

@@ -8,6 +8,7 @@ use phalanx_scheduler::framework::HomePool;
 use phalanx_scheduler::ledger::ScheduledFault;
 use phalanx_scheduler::manifest::{LoadOptions, load_workload_files};
 use phalanx_scheduler::model::ObjectKey;
+use phalanx_scheduler::serve::RaftTimers;
 use phalanx_scheduler::serve::admin::{cli as admin_cli, render as admin_render};
 use phalanx_scheduler::shard::{MAX_SHARDS, ShardingConfig};
 use phalanx_scheduler::simulate::fairness::{self, FairnessSpec};
@@ -215,6 +216,18 @@ struct ServeArgs {
     /// part is caught up by the leader's snapshot.
     #[arg(long, default_value_t = phalanx_scheduler::serve::DEFAULT_SNAPSHOT_EVERY, value_name = "ENTRIES")]
     snapshot_every: u64,
+    /// The Raft leader's heartbeat to each follower (5 to 10000 ms).
+    #[arg(long, default_value_t = RaftTimers::default().heartbeat_ms, value_name = "MS")]
+    raft_heartbeat_ms: u64,
+    /// A follower that stops hearing the leader calls an election after
+    /// --raft-election-max-ms plus a random time from this to --raft-election-max-ms
+    /// (above the heartbeat). Lower: faster failover of a killed leader, more elections
+    /// for a leader that only stalled (docs/configuration.md).
+    #[arg(long, default_value_t = RaftTimers::default().election_min_ms, value_name = "MS")]
+    raft_election_min_ms: u64,
+    /// See --raft-election-min-ms (above it, at most 60000).
+    #[arg(long, default_value_t = RaftTimers::default().election_max_ms, value_name = "MS")]
+    raft_election_max_ms: u64,
 }
 
 /// `--tls-cert/--tls-key/--tls-ca` (all three) or `--insecure-plaintext`.
@@ -529,6 +542,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    let raft = raft_timers(&args);
     let opts = ServeOptions {
         tls,
         kubeconfig: args.kubeconfig,
@@ -558,6 +572,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         admin_listen: args.admin_listen,
         admin_peers,
         snapshot_every: args.snapshot_every,
+        raft,
     };
     if let Err(e) = check_sharding_flags(
         opts.shards,
@@ -683,7 +698,16 @@ fn check_serve_bounds(args: &ServeArgs) -> Result<(), String> {
             args.sync_timeout_s
         ));
     }
-    phalanx_scheduler::serve::check_snapshot_every(args.snapshot_every)
+    phalanx_scheduler::serve::check_snapshot_every(args.snapshot_every)?;
+    phalanx_scheduler::serve::check_raft_timers(&raft_timers(args))
+}
+
+fn raft_timers(args: &ServeArgs) -> RaftTimers {
+    RaftTimers {
+        heartbeat_ms: args.raft_heartbeat_ms,
+        election_min_ms: args.raft_election_min_ms,
+        election_max_ms: args.raft_election_max_ms,
+    }
 }
 
 /// Most bind requests in flight (`--bind-workers`): beyond it a replica only queues more
