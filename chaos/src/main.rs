@@ -526,3 +526,28 @@ fn run_baseline(cli: &Cli) -> anyhow::Result<bool> {
     );
     Ok(bind.len() == cli.kills)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// A fixed bug: with `num_args = 3`, `--baseline-lease 15,10,2` (as the help and
+    /// chaos/README.md write it) was refused as one value of three.
+    #[test]
+    fn the_three_number_flags_take_a_comma_separated_triple() {
+        let cli = Cli::try_parse_from([
+            "phalanx-chaos",
+            "--matrix",
+            "ci",
+            "--baseline-lease",
+            "15,10,2",
+            "--raft-timers",
+            "20,50,100",
+        ])
+        .expect("parses");
+        assert_eq!(cli.baseline_lease, [15, 10, 2]);
+        assert_eq!(cli.raft_timers, [20, 50, 100]);
+    }
+}
