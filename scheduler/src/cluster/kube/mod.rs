@@ -333,6 +333,7 @@ where
     handle.spawn(async move {
         // The default backoff restarts a failed watch (410 Gone, a dropped connection, an
         // absent CRD) with exponential delays; the store keeps serving its last state.
+        let stream = stream.modify(strip_managed_fields::<K>);
         let mut events = std::pin::pin!(stream.default_backoff().reflect(writer));
         while let Some(event) = events.next().await {
             if let Err(e) = event {
@@ -340,6 +341,14 @@ where
             }
         }
     })
+}
+
+/// What a watch cache keeps of an object: all but `metadata.managedFields`, which phalanx
+/// never reads and which is a large part of every Node and Pod (an entry per field manager
+/// naming every field it set; a kwok node's heartbeats rewrite it). kube-scheduler drops
+/// it from its informers too.
+fn strip_managed_fields<K: ::kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
 }
 
 impl KubeCluster {
@@ -1149,6 +1158,38 @@ impl Cluster for KubeCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The caches keep no managedFields (the memory they cost at 20,000 pods is in
+    /// docs/benchmarks.md, "Memory"), and everything else of the object.
+    #[test]
+    fn the_watch_caches_keep_objects_without_their_managed_fields() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let rt = Runtime::new().unwrap();
+        let mut node = core::Node::default();
+        node.metadata.name = Some("gpu-node-0".into());
+        node.metadata.labels = Some([("zone".to_string(), "a".to_string())].into());
+        node.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kwok".into()),
+            ..ManagedFieldsEntry::default()
+        }]);
+        let (store, writer) = reflector::store::<core::Node>();
+        let events = vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(node.clone())),
+            Ok(watcher::Event::InitDone),
+        ];
+        let task = spawn_stream(
+            rt.handle(),
+            "Node".into(),
+            futures::stream::iter(events),
+            writer,
+        );
+        rt.block_on(task).unwrap();
+        let cached = store.get(&ObjectRef::from_obj(&node)).expect("cached");
+        assert_eq!(cached.metadata.managed_fields, None);
+        node.metadata.managed_fields = None;
+        assert_eq!(*cached, node, "nothing else is dropped");
+    }
 
     fn pending(name: &str, group: &str, scheduler: &str) -> (Pod, ObjectMeta) {
         let mut pod = Pod::new(
