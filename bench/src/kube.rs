@@ -28,7 +28,7 @@ use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
-use crate::rss::{RssSampler, SAMPLE_EVERY};
+use crate::rss::{self, RssSampler};
 use crate::trivial;
 
 #[derive(Clone, Debug)]
@@ -319,12 +319,12 @@ pub fn run(b: &KubeBench) -> Result<()> {
         Vec::new()
     };
     let node_count = rt.block_on(trivial::node_names(&client))?.len();
-    let mut rss = RssSampler::new(
+    let rss = rss::Background::start(RssSampler::new(
         replicas
             .iter()
             .map(|r| r.0.id())
             .chain(b.rss_pid.filter(|_| !is_phalanx)),
-    );
+    ));
 
     // Our own watch records when each pod is first seen bound.
     let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -439,12 +439,12 @@ pub fn run(b: &KubeBench) -> Result<()> {
     let deadline = first + b.timeout;
     loop {
         let n = bound_at.lock().unwrap_or_else(|e| e.into_inner()).len();
-        rss.sample();
         if n >= b.pods || Instant::now() > deadline {
             break;
         }
-        std::thread::sleep(SAMPLE_EVERY);
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let rss = rss.finish();
     watch.abort();
     drop(replicas);
     if let Some((task, counts)) = &binder {
@@ -525,7 +525,14 @@ pub fn run(b: &KubeBench) -> Result<()> {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    rt.block_on(pods_api.delete_collection(&force, &ListParams::default()))?;
+    // Deleting 20,000 pods at once can lose its connection on a loaded API server.
+    for attempt in 1.. {
+        match rt.block_on(pods_api.delete_collection(&force, &ListParams::default())) {
+            Ok(_) => break,
+            Err(e) if attempt < 3 => eprintln!("deleting the pods of {ns} failed ({e}); again"),
+            Err(e) => return Err(e.into()),
+        }
+    }
     if is_phalanx {
         rt.block_on(pg_api.delete_collection(&DeleteParams::default(), &ListParams::default()))?;
         let queue_api: Api<DynamicObject> =
@@ -540,8 +547,8 @@ pub fn run(b: &KubeBench) -> Result<()> {
         .items
         .is_empty()
     {
-        if start.elapsed() > Duration::from_secs(120) {
-            eprintln!("warning: pods of {ns} still present after 120 s");
+        if start.elapsed() > Duration::from_secs(300) {
+            eprintln!("warning: pods of {ns} still present after 300 s");
             break;
         }
         std::thread::sleep(Duration::from_millis(500));

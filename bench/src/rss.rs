@@ -6,6 +6,9 @@
 //! (a kube-scheduler left up between runs) has a high-water mark from those, and the
 //! question is what this cluster size costs.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The `VmRSS` line of a `/proc/PID/status` text, in KiB.
@@ -78,6 +81,37 @@ impl RssSampler {
     }
 }
 
+/// A sampler on a thread of its own, so that the bench's blocking phases (creating
+/// 20,000 pods takes minutes) are sampled too.
+#[derive(Debug)]
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<RssSampler>,
+}
+
+impl Background {
+    pub fn start(mut sampler: RssSampler) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                sampler.sample();
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+            sampler
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops sampling after one last sample.
+    pub fn finish(self) -> RssSampler {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut sampler = self.thread.join().unwrap_or_default();
+        sampler.sample();
+        sampler
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +145,13 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_a_resident_set() {
+    fn this_process_has_a_resident_set_and_the_background_sampler_reads_it() {
         assert!(vm_rss_kib(std::process::id()).is_some_and(|k| k > 0));
+        let sampler = Background::start(RssSampler::new([std::process::id()])).finish();
+        let r = sampler.report().expect("sampled");
+        assert!(
+            r.samples >= 1 && r.end_mib > 0.0 && r.peak_mib >= r.end_mib,
+            "{r:?}"
+        );
     }
 }
