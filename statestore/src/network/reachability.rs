@@ -62,7 +62,9 @@ impl Reachability {
         self.newly_refusing.subscribe()
     }
 
-    /// The peer answered (any reply, an error status included): a process listens.
+    /// The peer answered a call: a process listens and serves. An error status is not
+    /// taken as an answer, since tonic makes some of them on this side (a local timeout is
+    /// `Cancelled`); the peer stays refusing until its next reply.
     pub fn note_answered(&self, peer: NodeId) {
         self.set(peer, false);
     }
