@@ -134,111 +134,175 @@ pub fn check_bound_once(history: &[Record]) -> Vec<Violation> {
 /// round after the fault settled (healed, and its shards binding again: [`recoveries`]).
 /// A pod counts from its first bind on, so pods that finish or are deleted do not make a
 /// whole gang look partial. A gang still partial at the end of the history counts up to
-/// the last record; a deleted one up to its deletion. The violation lists the gang's
-/// binds (pod, time, replica) and any fault that extended its round.
+/// the last record. A gang the user takes away is judged up to that moment and not after:
+/// its PodGroup deleted, or so many of its unbound pods deleted that it can no longer
+/// become whole (a bind in flight may still land on a sibling meanwhile). The violation
+/// lists the gang's binds (pod, time, replica) and any fault that extended its round.
 pub fn check_i2(history: &[Record], round_ms: u64) -> Vec<Violation> {
-    let settled = fault_settled(history);
-    let mut mins: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut bound: BTreeMap<&str, BTreeMap<&str, (u64, &str)>> = BTreeMap::new();
-    // Gang -> (partial since, most pods bound while partial).
-    let mut partial_since: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
-    let mut gone_groups: BTreeSet<&str> = BTreeSet::new();
-    let mut out = Vec::new();
-    let mut judge = |group: &str,
-                     since: u64,
-                     until: u64,
-                     binds: Option<&BTreeMap<&str, (u64, &str)>>,
-                     n: usize,
-                     min: i64| {
-        let (deadline, extended_by) = i2_deadline(since, round_ms, &settled);
-        if until > deadline {
-            let extended = extended_by.map_or(String::new(), |s| {
-                format!(" after the faults it overlapped settled at {s} ms")
-            });
-            let mut binds: Vec<_> = binds.into_iter().flatten().collect();
-            binds.sort_by_key(|(pod, (t, _))| (*t, *pod));
-            let mut listed: Vec<String> = binds
-                .iter()
-                .take(I2_BINDS_LISTED)
-                .map(|(pod, (t, by))| format!("{pod} at {t} ms by {by}"))
-                .collect();
-            if binds.len() > I2_BINDS_LISTED {
-                listed.push(format!("and {} more", binds.len() - I2_BINDS_LISTED));
-            }
-            out.push(violation(
-                "I2",
-                since,
-                format!(
-                    "gang {group}: {n} of minMember {min} pods bound for {} ms (more than a bound round of {round_ms} ms{extended}); binds: {}",
-                    until - since,
-                    listed.join(", ")
-                ),
-            ));
-        }
+    let mut i2 = HalfPlaced {
+        round_ms,
+        settled: fault_settled(history),
+        ..HalfPlaced::default()
     };
     for r in history {
-        let (group, pod, by) = match &r.event {
+        match &r.event {
             Event::Group {
                 group,
                 min_member,
                 deleted,
                 ..
-            } => {
-                mins.insert(group, *min_member);
-                // A deleted gang is over: whatever the race between the deletion of its
-                // pods and the binds in flight left bound is judged up to here, and not
-                // as a half-placed gang until the end of the history (nor are the
-                // deletions of its pods that follow).
-                if *deleted {
-                    gone_groups.insert(group.as_str());
-                    if let Some((since, most)) = partial_since.remove(group.as_str()) {
-                        judge(
-                            group,
-                            since,
-                            r.t_ms,
-                            bound.get(group.as_str()),
-                            most,
-                            *min_member,
-                        );
-                    }
-                } else {
-                    gone_groups.remove(group.as_str());
-                }
-                continue;
-            }
+            } => i2.group(r.t_ms, group, *min_member, *deleted),
             Event::Pod {
                 pod,
-                node: Some(_),
+                node,
                 group: Some(g),
+                deleted,
                 bound_by,
                 ..
-            } if !gone_groups.contains(g.as_str()) => {
-                (g.as_str(), pod.as_str(), bound_by.as_deref().unwrap_or("?"))
+            } => i2.pod(
+                r.t_ms,
+                g,
+                pod,
+                node.is_some(),
+                *deleted,
+                bound_by.as_deref(),
+            ),
+            _ => {}
+        }
+    }
+    i2.finish(history.last().map_or(0, |r| r.t_ms))
+}
+
+/// Why a gang is no longer judged by I2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Over {
+    /// Its PodGroup was deleted (a new one of that name starts afresh).
+    Deleted,
+    /// Seen with minMember pods or more, enough of its unbound pods were deleted that
+    /// it can no longer become whole.
+    TornDown,
+}
+
+/// [`check_i2`]'s state, record by record.
+#[derive(Default)]
+struct HalfPlaced<'h> {
+    round_ms: u64,
+    settled: Vec<(u64, u64)>,
+    mins: BTreeMap<&'h str, i64>,
+    /// Gang -> its pods seen so far.
+    members: BTreeMap<&'h str, BTreeSet<&'h str>>,
+    /// Gang -> its pods deleted before they were bound.
+    dropped: BTreeMap<&'h str, BTreeSet<&'h str>>,
+    /// Gang -> pod -> (first bind, by whom).
+    bound: BTreeMap<&'h str, BTreeMap<&'h str, (u64, &'h str)>>,
+    /// Gang -> (partial since, most pods bound while partial).
+    partial_since: BTreeMap<&'h str, (u64, usize)>,
+    over: BTreeMap<&'h str, Over>,
+    out: Vec<Violation>,
+}
+
+impl<'h> HalfPlaced<'h> {
+    fn group(&mut self, t: u64, group: &'h str, min: i64, deleted: bool) {
+        self.mins.insert(group, min);
+        if deleted {
+            self.end(group, t, Over::Deleted);
+        } else if self.over.get(group) == Some(&Over::Deleted) {
+            self.over.remove(group);
+        }
+    }
+
+    fn pod(
+        &mut self,
+        t: u64,
+        g: &'h str,
+        pod: &'h str,
+        node: bool,
+        deleted: bool,
+        by: Option<&'h str>,
+    ) {
+        if self.over.contains_key(g) {
+            return;
+        }
+        self.members.entry(g).or_default().insert(pod);
+        if !node {
+            if deleted {
+                self.dropped.entry(g).or_default().insert(pod);
+                // Only a gang seen whole can be torn down: one whose pods are not all
+                // seen yet is not judged on a count the history cannot know.
+                let (seen, gone) = (self.members[g].len(), self.dropped[g].len());
+                if seen as i64 >= self.min(g) && ((seen - gone) as i64) < self.min(g) {
+                    self.end(g, t, Over::TornDown);
+                }
             }
-            _ => continue,
-        };
-        let set = bound.entry(group).or_default();
-        set.entry(pod).or_insert((r.t_ms, by));
-        let (n, min) = (set.len(), mins.get(group).copied().unwrap_or(1));
-        let partial = n > 0 && (n as i64) < min;
-        match (partial, partial_since.get(group).copied()) {
+            return;
+        }
+        let set = self.bound.entry(g).or_default();
+        set.entry(pod).or_insert((t, by.unwrap_or("?")));
+        let n = set.len();
+        let partial = (n as i64) < self.min(g);
+        match (partial, self.partial_since.get(g).copied()) {
             (true, since) => {
-                let since = since.map_or(r.t_ms, |(t, _)| t);
-                partial_since.insert(group, (since, n));
+                let since = since.map_or(t, |(s, _)| s);
+                self.partial_since.insert(g, (since, n));
             }
             (false, Some((since, most))) => {
-                partial_since.remove(group);
-                judge(group, since, r.t_ms, bound.get(group), most, min);
+                self.partial_since.remove(g);
+                self.judge(g, since, t, most);
             }
             (false, None) => {}
         }
     }
-    let end = history.last().map_or(0, |r| r.t_ms);
-    for (group, (since, n)) in partial_since {
-        let min = mins.get(group).copied().unwrap_or(1);
-        judge(group, since, end, bound.get(group), n, min);
+
+    fn min(&self, g: &str) -> i64 {
+        self.mins.get(g).copied().unwrap_or(1)
     }
-    out
+
+    /// The gang is over at `t`: whatever the race between its teardown and the binds in
+    /// flight left bound is judged up to here, and not after.
+    fn end(&mut self, g: &'h str, t: u64, why: Over) {
+        self.over.insert(g, why);
+        if let Some((since, most)) = self.partial_since.remove(g) {
+            self.judge(g, since, t, most);
+        }
+    }
+
+    fn finish(mut self, end: u64) -> Vec<Violation> {
+        for (g, (since, n)) in std::mem::take(&mut self.partial_since) {
+            self.judge(g, since, end, n);
+        }
+        self.out
+    }
+
+    fn judge(&mut self, group: &str, since: u64, until: u64, n: usize) {
+        let (deadline, extended_by) = i2_deadline(since, self.round_ms, &self.settled);
+        if until <= deadline {
+            return;
+        }
+        let extended = extended_by.map_or(String::new(), |s| {
+            format!(" after the faults it overlapped settled at {s} ms")
+        });
+        let mut binds: Vec<_> = self.bound.get(group).into_iter().flatten().collect();
+        binds.sort_by_key(|(pod, (t, _))| (*t, *pod));
+        let mut listed: Vec<String> = binds
+            .iter()
+            .take(I2_BINDS_LISTED)
+            .map(|(pod, (t, by))| format!("{pod} at {t} ms by {by}"))
+            .collect();
+        if binds.len() > I2_BINDS_LISTED {
+            listed.push(format!("and {} more", binds.len() - I2_BINDS_LISTED));
+        }
+        self.out.push(violation(
+            "I2",
+            since,
+            format!(
+                "gang {group}: {n} of minMember {} pods bound for {} ms (more than a bound round of {} ms{extended}); binds: {}",
+                self.min(group),
+                until - since,
+                self.round_ms,
+                listed.join(", ")
+            ),
+        ));
+    }
 }
 
 /// How many of a half-placed gang's binds an I2 violation lists (a huge gang's message

@@ -451,7 +451,7 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
                 }
             }
         }
-        tracing::info!(txn = %txn, gang, pods = pods.len(), "bound a cross-shard gang");
+        tracing::info!(txn = %txn, gang, pods = pods.len(), bound = bound.len(), "bound a cross-shard gang (its pods not bound here are retried by their shards' owners)");
         let marks = {
             let coords = lock(&self.tp.coords);
             marks_by_owner(bound, |s| coords.get(&s).map(|c| ((), c.epoch())))
