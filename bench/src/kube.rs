@@ -63,8 +63,25 @@ pub struct KubeBench {
 
 struct Replica(Child);
 
+/// How long a replica may take to stop on SIGTERM before it is killed: one built with
+/// `--features heap-profile` writes its profile then, which takes a while.
+const STOP_GRACE: Duration = Duration::from_secs(120);
+
 impl Drop for Replica {
+    /// SIGTERM, as Kubernetes stops a pod, so that the replica exits through `main`.
     fn drop(&mut self) {
+        let term = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        if term.is_ok_and(|s| s.success()) {
+            let deadline = Instant::now() + STOP_GRACE;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

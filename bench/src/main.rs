@@ -10,6 +10,7 @@
 //! binder, and the scheduler's resident memory through the run (`rss.rs`).
 
 mod codec;
+mod heap;
 mod kube;
 mod rss;
 
@@ -194,6 +195,20 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         skipped_pods: usize,
     },
+    /// Where a heap profile's memory was at its peak: the file a replica built with
+    /// `--features heap-profile` writes when it stops (`PHALANX_HEAP_PROFILE`).
+    HeapTop {
+        file: PathBuf,
+        /// The workspace whose source files are phalanx's own frames.
+        #[arg(long, default_value = ".")]
+        workspace: PathBuf,
+        /// Rows of each table.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Frames shown of each of the heaviest backtraces.
+        #[arg(long, default_value_t = 8)]
+        frames: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -295,6 +310,12 @@ fn main() -> Result<()> {
             })
         }
         Command::Failover { kills, seed } => failover(kills.max(1), seed),
+        Command::HeapTop {
+            file,
+            workspace,
+            top,
+            frames,
+        } => heap::report(&file, &workspace, top, frames),
         Command::Kube {
             kubeconfig,
             scheduler,

@@ -327,7 +327,19 @@ struct SimulateArgs {
 const EXIT_UNMET: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 
+/// With `--features heap-profile`, every allocation goes through dhat, which writes the
+/// profile (`PHALANX_HEAP_PROFILE`, default `dhat-heap.json`) when `main` returns.
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    #[cfg(feature = "heap-profile")]
+    let _heap = dhat::Profiler::builder()
+        // Deep enough to reach phalanx's own frames under kube-runtime's and serde's.
+        .trim_backtraces(Some(48))
+        .file_name(std::env::var_os("PHALANX_HEAP_PROFILE").unwrap_or("dhat-heap.json".into()))
+        .build();
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHALANX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error"));
     tracing_subscriber::fmt()
