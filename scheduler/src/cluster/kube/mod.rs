@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!            watch (kube-runtime watcher + reflector, restarted with backoff)
-//! API server ────────────────────────────────────────────▶ stores: Node, Pod (all of them),
+//! API server ────────────────────────────────────────────▶ stores: Node, SlimPod (every pod),
 //!     ▲                                                    PodGroup, Queue, PriorityClass
 //!     │ token buckets (qps/burst) + bounded retries                 │ snapshot(): convert
 //!     │   pods/binding, PodGroup merge patch,                       ▼ (manifest::convert)
@@ -37,6 +37,7 @@ mod limiter;
 mod recorder;
 mod reporter;
 mod retry;
+mod slim;
 
 pub use convert::{INQUEUE_SINCE_ANNOTATION, creation_ms, pod_group_from_dynamic, status_patch};
 pub use limiter::TokenBucket;
@@ -46,6 +47,7 @@ pub use recorder::{
     REASON_INVALID, REASON_INVALID_POD_GROUP, Regarding, event_body,
 };
 pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
+use slim::SlimPod;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -152,7 +154,8 @@ pub enum KubeError {
 #[derive(Clone)]
 struct Stores {
     nodes: Store<core::Node>,
-    pods: Store<core::Pod>,
+    /// Every pod, as the fields phalanx reads (`slim.rs`).
+    pods: Store<SlimPod>,
     pod_groups: Store<DynamicObject>,
     queues: Store<DynamicObject>,
     priority_classes: Store<K8sPriorityClass>,
@@ -362,7 +365,7 @@ impl KubeCluster {
         let pod_group_resource = volcano_resource("PodGroup", "podgroups");
         let queue_resource = volcano_resource("Queue", "queues");
         let (nodes, w_nodes) = reflector::store::<core::Node>();
-        let (pods, w_pods) = reflector::store::<core::Pod>();
+        let (pods, w_pods) = reflector::store::<SlimPod>();
         let (priority_classes, w_pcs) = reflector::store::<K8sPriorityClass>();
         let w_pgs = reflector::store::Writer::<DynamicObject>::new(pod_group_resource.clone());
         let pod_groups = w_pgs.as_reader();
@@ -370,7 +373,7 @@ impl KubeCluster {
         let queues = w_queues.as_reader();
         let watches = vec![
             spawn_watch(&handle, Api::<core::Node>::all(client.clone()), w_nodes),
-            spawn_watch(&handle, Api::<core::Pod>::all(client.clone()), w_pods),
+            spawn_watch(&handle, Api::<SlimPod>::all(client.clone()), w_pods),
             spawn_watch(&handle, Api::<K8sPriorityClass>::all(client.clone()), w_pcs),
             spawn_stream(
                 &handle,
@@ -498,9 +501,8 @@ impl KubeCluster {
             .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
         let bound_to = cached
             .as_ref()
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty());
+            .and_then(|p| p.node_name())
+            .map(str::to_string);
         match bound_to {
             Some(b) if b == node => return Some(Ok(())),
             Some(b) => {
@@ -1039,7 +1041,7 @@ impl Cluster for KubeCluster {
             live.insert(key.clone());
             let pod = match converted.pods.get(&key) {
                 Some((seen, pod)) if *seen == rv => pod.clone(),
-                _ => match pod_from_k8s(&p, "default-scheduler") {
+                _ => match pod_from_k8s(&p.to_k8s(), "default-scheduler") {
                     Ok(mut pod) => {
                         pod.creation_index = creation_ms(&p.metadata);
                         let pod = Arc::new(pod);

@@ -15,7 +15,6 @@ use ::kube::api::{Api, Patch, PatchParams, PostParams};
 use ::kube::core::{ApiResource, DynamicObject};
 use ::kube::runtime::reflector::{ObjectRef, Store};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
 use tokio::task::JoinHandle;
 
@@ -36,7 +35,7 @@ pub(super) struct Reporter {
     pub(super) retry: RetryPolicy,
     pub(super) instance: String,
     pub(super) workers: usize,
-    pub(super) pods: Store<core::Pod>,
+    pub(super) pods: Store<super::SlimPod>,
     pub(super) pod_groups: Store<DynamicObject>,
     pub(super) overlay: Arc<Mutex<Overlay>>,
     /// Makes Event names unique within one nanosecond.

@@ -1,0 +1,216 @@
+//! What the watch cache keeps of a pod: the fields phalanx reads, and nothing else.
+//!
+//! The cache holds every pod of the cluster. As k8s-openapi's `Pod` it cost about 8 KiB a
+//! pod at 20,000 pods (a heap profile, docs/benchmarks.md): the struct alone is about
+//! 2.5 KiB and each `Container` 2.2 KiB inline, whatever the pod sets, and kwok's status
+//! (conditions, container statuses) adds strings. [`SlimPod`] is read from the same list
+//! and watch responses (serde skips the fields it does not name) and keeps the metadata,
+//! the scheduling part of the spec (requests, selectors, affinity, tolerations, priority,
+//! node) and the phase. [`SlimPod::to_k8s`] rebuilds a `Pod` of those fields for
+//! `manifest::convert::pod_from_k8s`, once per version of a pod (the conversion is cached
+//! by resourceVersion), so there is one conversion and it cannot drift from this one:
+//! `a_slim_pod_converts_as_the_full_pod_it_was_read_from` checks they agree.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+
+/// A pod as the watch cache keeps it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimPod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<SlimPodSpec>,
+    pub status: Option<SlimPodStatus>,
+}
+
+/// The part of `spec` the scheduler reads (`manifest/convert/pod.rs`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimPodSpec {
+    pub scheduler_name: Option<String>,
+    pub priority_class_name: Option<String>,
+    pub priority: Option<i32>,
+    pub preemption_policy: Option<String>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<core::Toleration>>,
+    pub affinity: Option<core::Affinity>,
+    pub topology_spread_constraints: Option<Vec<core::TopologySpreadConstraint>>,
+    pub node_name: Option<String>,
+    pub termination_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub containers: Vec<SlimContainer>,
+    pub init_containers: Option<Vec<SlimContainer>>,
+    /// Pod-level resources, which replace the containers' figure for cpu and memory.
+    pub resources: Option<core::ResourceRequirements>,
+    pub overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A container's name and what it asks (and, for an init container, whether it is a
+/// sidecar: `restartPolicy: Always`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimContainer {
+    #[serde(default)]
+    pub name: String,
+    pub resources: Option<core::ResourceRequirements>,
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlimPodStatus {
+    pub phase: Option<String>,
+}
+
+impl k8s_openapi::Resource for SlimPod {
+    const API_VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <core::Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <core::Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <core::Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for SlimPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl SlimContainer {
+    fn to_k8s(&self) -> core::Container {
+        core::Container {
+            name: self.name.clone(),
+            resources: self.resources.clone(),
+            restart_policy: self.restart_policy.clone(),
+            ..core::Container::default()
+        }
+    }
+}
+
+impl SlimPod {
+    /// The node it is bound to, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// A `Pod` of the fields kept, for the one conversion into the model.
+    pub fn to_k8s(&self) -> core::Pod {
+        let spec = self.spec.as_ref().map(|s| core::PodSpec {
+            scheduler_name: s.scheduler_name.clone(),
+            priority_class_name: s.priority_class_name.clone(),
+            priority: s.priority,
+            preemption_policy: s.preemption_policy.clone(),
+            node_selector: s.node_selector.clone(),
+            tolerations: s.tolerations.clone(),
+            affinity: s.affinity.clone(),
+            topology_spread_constraints: s.topology_spread_constraints.clone(),
+            node_name: s.node_name.clone(),
+            termination_grace_period_seconds: s.termination_grace_period_seconds,
+            containers: s.containers.iter().map(SlimContainer::to_k8s).collect(),
+            init_containers: s
+                .init_containers
+                .as_ref()
+                .map(|c| c.iter().map(SlimContainer::to_k8s).collect()),
+            resources: s.resources.clone(),
+            overhead: s.overhead.clone(),
+            ..core::PodSpec::default()
+        });
+        core::Pod {
+            metadata: self.metadata.clone(),
+            spec,
+            status: self.status.as_ref().map(|s| core::PodStatus {
+                phase: s.phase.clone(),
+                ..core::PodStatus::default()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::convert::pod_from_k8s;
+
+    /// A pod as kwok and the API server show it, with every field the conversion reads
+    /// set, and some it does not (env, volumes, conditions, container statuses).
+    const FULL: &str = r#"{
+      "apiVersion": "v1", "kind": "Pod",
+      "metadata": {"name": "w-0", "namespace": "team-a", "uid": "u-1", "resourceVersion": "42",
+        "creationTimestamp": "2026-12-03T10:00:00Z", "deletionTimestamp": "2026-12-03T10:05:00Z",
+        "labels": {"volcano.sh/task-spec": "worker", "app": "train"},
+        "annotations": {"scheduling.k8s.io/group-name": "job-a", "x": "y"}},
+      "spec": {
+        "schedulerName": "phalanx", "priorityClassName": "high", "priority": 1000,
+        "preemptionPolicy": "Never", "nodeSelector": {"gpu": "h100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+          {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]},
+          "preferredDuringSchedulingIgnoredDuringExecution":
+          [{"weight": 5, "preference": {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}}]}},
+        "nodeName": "gpu-node-0001", "terminationGracePeriodSeconds": 30,
+        "overhead": {"cpu": "250m"},
+        "initContainers": [
+          {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "2"}}},
+          {"name": "sidecar", "image": "proxy", "restartPolicy": "Always",
+           "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}],
+        "containers": [
+          {"name": "main", "image": "trainer:1", "command": ["python", "train.py"],
+           "env": [{"name": "RANK", "value": "0"}],
+           "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+           "resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "8"}, "requests": {"cpu": "4", "memory": "32Gi"}}}],
+        "volumes": [{"name": "data", "emptyDir": {}}]
+      },
+      "status": {"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "main", "ready": true, "restartCount": 0, "image": "trainer:1", "imageID": "", "state": {"running": {}}}]}
+    }"#;
+
+    #[test]
+    fn a_slim_pod_converts_as_the_full_pod_it_was_read_from() {
+        let full: core::Pod = serde_json::from_str(FULL).unwrap();
+        let slim: SlimPod = serde_json::from_str(FULL).unwrap();
+        let want = pod_from_k8s(&full, "default-scheduler").unwrap();
+        let got = pod_from_k8s(&slim.to_k8s(), "default-scheduler").unwrap();
+        assert_eq!(got, want);
+        // The fixture exercises what it claims to: each read field is set.
+        assert!(want.terminating && want.node_name.is_some() && want.group.is_some());
+        assert!(!want.required_node_terms.is_empty() && !want.tolerations.is_empty());
+        assert_eq!(slim.node_name(), Some("gpu-node-0001"));
+        assert_eq!(slim.metadata.uid.as_deref(), Some("u-1"));
+    }
+
+    #[test]
+    fn a_pod_with_no_spec_or_status_reads_as_one() {
+        let slim: SlimPod = serde_json::from_str(r#"{"metadata": {"name": "p"}}"#).unwrap();
+        assert!(slim.to_k8s().spec.is_none() && slim.node_name().is_none());
+        let e = pod_from_k8s(&slim.to_k8s(), "default-scheduler").unwrap_err();
+        assert!(e.to_string().contains("spec"), "{e}");
+    }
+
+    /// What the slim pod is for: the cache's per-pod struct is a fraction of k8s-openapi's.
+    #[test]
+    fn a_slim_pod_is_a_fraction_of_the_size_of_a_full_one() {
+        let (slim, full) = (size_of::<SlimPod>(), size_of::<core::Pod>());
+        let (slim_c, full_c) = (size_of::<SlimContainer>(), size_of::<core::Container>());
+        assert!(slim * 2 < full, "SlimPod {slim} B against Pod {full} B");
+        assert!(
+            slim_c * 4 < full_c,
+            "SlimContainer {slim_c} B against Container {full_c} B"
+        );
+    }
+}
