@@ -1,12 +1,18 @@
 //! `ResourceVec`: exact integer quantities per resource name.
 //!
 //! Units are the scheduler's exact units: `cpu` in millicores, `memory` in bytes,
-//! extended resources (`nvidia.com/gpu`, ...) in counts. The map never stores a zero,
+//! extended resources (`nvidia.com/gpu`, ...) in counts. The vector never stores a zero,
 //! so two vectors that mean the same thing serialize to the same bytes (determinism).
+//!
+//! It is a vector of (name, quantity) sorted by name, not a `BTreeMap`: the ledger keeps one
+//! per placement in each of its copies, a pod names two to four resources, and a map's
+//! first node alone is 368 bytes where three entries take 96 (the heap profile in
+//! docs/benchmarks.md). It serializes as the map it was, entry for entry in name order,
+//! so the Raft log, snapshots and fingerprints written before read the same.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Resource name for cpu (millicores).
 pub const CPU: &str = "cpu";
@@ -14,9 +20,23 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 
 /// A vector of resource quantities keyed by resource name, in exact integer units.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ResourceVec(BTreeMap<String, i64>);
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ResourceVec(Vec<(String, i64)>);
+
+impl Serialize for ResourceVec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// Read as a map, so what a map would do with the bytes it does too: entries end up in
+/// name order, and a repeated name keeps its last quantity.
+impl<'de> Deserialize<'de> for ResourceVec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, i64>::deserialize(deserializer)?;
+        Ok(Self(map.into_iter().collect()))
+    }
+}
 
 impl ResourceVec {
     /// The empty vector (all quantities zero).
@@ -35,17 +55,24 @@ impl ResourceVec {
         v
     }
 
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name))
+    }
+
     /// The quantity of `name` (0 when absent).
     pub fn get(&self, name: &str) -> i64 {
-        self.0.get(name).copied().unwrap_or(0)
+        self.find(name).map_or(0, |i| self.0[i].1)
     }
 
     /// Sets the quantity of `name`; setting 0 removes the entry.
     pub fn set(&mut self, name: &str, quantity: i64) {
-        if quantity == 0 {
-            self.0.remove(name);
-        } else {
-            self.0.insert(name.to_string(), quantity);
+        match (self.find(name), quantity) {
+            (Ok(i), 0) => {
+                self.0.remove(i);
+            }
+            (Ok(i), q) => self.0[i].1 = q,
+            (Err(_), 0) => {}
+            (Err(i), q) => self.0.insert(i, (name.to_string(), q)),
         }
     }
 
@@ -61,7 +88,7 @@ impl ResourceVec {
 
     /// True when no quantity is negative.
     pub fn is_non_negative(&self) -> bool {
-        self.0.values().all(|q| *q >= 0)
+        self.0.iter().all(|(_, q)| *q >= 0)
     }
 
     /// `self + other`, or `None` on overflow of any entry.
@@ -126,6 +153,46 @@ mod tests {
         );
         let back = a.checked_sub(&b).unwrap();
         assert!(back.is_zero());
+    }
+
+    /// The bytes of the `BTreeMap<String, i64>` it replaced, in JSON and postcard, so a
+    /// log or snapshot written before reads the same and fingerprints do not move.
+    #[test]
+    fn it_serializes_as_the_map_it_replaced_byte_for_byte() {
+        let pairs = [("nvidia.com/gpu", 8), ("cpu", 4000), ("memory", 1 << 35)];
+        let v = ResourceVec::from_pairs(pairs);
+        let map: BTreeMap<String, i64> = pairs.iter().map(|(k, q)| (k.to_string(), *q)).collect();
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            serde_json::to_string(&map).unwrap()
+        );
+        let bytes = postcard::to_allocvec(&map).unwrap();
+        assert_eq!(postcard::to_allocvec(&v).unwrap(), bytes);
+        let back: ResourceVec = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, v);
+        assert_eq!(
+            back.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["cpu", "memory", "nvidia.com/gpu"]
+        );
+    }
+
+    #[test]
+    fn set_keeps_names_in_order_and_no_zero() {
+        let mut v = ResourceVec::new();
+        for (name, q) in [
+            ("memory", 2),
+            ("cpu", 1),
+            ("pods", 3),
+            ("cpu", 0),
+            ("gpu", 0),
+        ] {
+            v.set(name, q);
+        }
+        assert_eq!(v.iter().collect::<Vec<_>>(), [("memory", 2), ("pods", 3)]);
+        assert_eq!((v.get("cpu"), v.get("pods")), (0, 3));
+        // A map read from bytes with a name twice keeps the last quantity, as a map does.
+        let v: ResourceVec = serde_json::from_str(r#"{"cpu": 1, "cpu": 5}"#).unwrap();
+        assert_eq!(v.iter().collect::<Vec<_>>(), [("cpu", 5)]);
     }
 
     #[test]
