@@ -680,6 +680,15 @@ fn a_pool_owner_filling_the_hinted_node_in_the_same_round_leaves_the_gang_to_com
         .expect("ga performed");
     let ga_nodes: Vec<&str> = ga.placements.iter().map(|p| p.node.as_str()).collect();
     assert_eq!(ga_nodes, vec![x.as_str(), y[1].as_str()], "{text}");
+    // Group commit: `ga`'s marks wait in its shards' owners' outboxes for their next
+    // proposal (the next round's at the latest); `gb`'s rode in replica 2's reserve.
+    let state_of = |ledger: &mut LocalLedger, pod: &str| {
+        let state = ledger.state().expect("readable");
+        state.placements[&format!("default/{pod}")].state.clone()
+    };
+    assert_eq!(state_of(&mut ledger, "gb-0"), PlacementState::Bound);
+    assert_eq!(state_of(&mut ledger, "ga-0"), PlacementState::Assumed);
+    rt.flush_outboxes(&mut ledger, true);
     let state = ledger.state().expect("readable");
     assert!(
         state

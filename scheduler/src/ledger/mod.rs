@@ -136,6 +136,8 @@ pub trait PlacementLedger {
     /// The replica that leads the ledger now (waiting a bounded time for an election);
     /// `None` for a ledger without replicas.
     fn leader(&mut self) -> Result<Option<ReplicaId>, LedgerError>;
+    /// Raft entries proposed so far; `None` for a ledger without a log.
+    fn entries_proposed(&self) -> Option<u64>;
     /// Proposes commands with explicit shards and epochs (see [`sharded`]); refusals come
     /// back as responses.
     fn propose_raw(
@@ -170,6 +172,10 @@ pub trait LedgerBackend {
     }
     fn leader_id(&mut self) -> Result<Option<ReplicaId>, LedgerError> {
         Ok(None)
+    }
+    /// Raft entries proposed so far; `None` for a ledger without a log.
+    fn raft_entries(&self) -> Option<u64> {
+        None
     }
     fn inject_fault(&mut self, fault: &LedgerFault) -> Result<String, LedgerError> {
         Err(LedgerError::Unsupported(format!(
@@ -259,6 +265,10 @@ impl<T: LedgerBackend> PlacementLedger for T {
         self.leader_id()
     }
 
+    fn entries_proposed(&self) -> Option<u64> {
+        self.raft_entries()
+    }
+
     fn propose_raw(
         &mut self,
         commands: Vec<LedgerCommand>,
@@ -280,7 +290,7 @@ fn propose_idempotent<T: LedgerBackend + ?Sized>(
 }
 
 /// Whether the ledger holds every pod of `gang` where it was proposed.
-fn resolve(state: &LedgerState, gang: &LedgerGang, why: &str) -> Verdict {
+pub(crate) fn resolve(state: &LedgerState, gang: &LedgerGang, why: &str) -> Verdict {
     let held = gang.pods.iter().all(|p| {
         state
             .placements

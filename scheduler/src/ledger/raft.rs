@@ -35,6 +35,8 @@ pub struct RaftLedger {
     replicas: usize,
     /// Replicas stopped by faults, most recent last.
     stopped: Vec<u64>,
+    /// Raft entries proposed (a list of commands goes in as few as the limits allow).
+    entries: u64,
     // Dropped last: the replicas' data lives here.
     _dir: tempfile::TempDir,
 }
@@ -66,28 +68,32 @@ impl RaftLedger {
             mirror: LedgerMirror::new(),
             replicas,
             stopped: Vec::new(),
+            entries: 0,
             _dir: dir,
         })
     }
 
     /// Proposes commands in as few Raft entries as the batch limit allows.
     fn propose_all(
-        &self,
+        &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        propose_through(self.runtime.handle(), &self.client, commands, true)
+        let handle = self.runtime.handle();
+        propose_through(handle, &self.client, commands, true, &mut self.entries)
     }
 }
 
 /// Proposes `commands` through `client`, in as few Raft entries as the batch limit allows,
-/// from a thread outside `handle`'s runtime. With `stop_at_refusal` a refused command is
-/// an error and the batches after it are not proposed; without, every response is
-/// returned, refusals included (the sharded runtime reads the typed refusal).
+/// from a thread outside `handle`'s runtime, counting them in `entries`. With
+/// `stop_at_refusal` a refused command is an error and the batches after it are not
+/// proposed; without, every response is returned, refusals included (the sharded runtime
+/// reads the typed refusal).
 pub(crate) fn propose_through(
     handle: &tokio::runtime::Handle,
     client: &LedgerClient,
     commands: Vec<LedgerCommand>,
     stop_at_refusal: bool,
+    entries: &mut u64,
 ) -> Result<Vec<LedgerResponse>, LedgerError> {
     let count = commands.len();
     // Within the entry's command and byte limits (a large plan is cut, never refused
@@ -98,6 +104,7 @@ pub(crate) fn propose_through(
             .into_iter()
             .map(|p| ((p.index, gang_names(&p.command)), p.command))
             .unzip();
+        *entries += 1;
         let committed = handle
             .block_on(client.propose(&LedgerBatch { commands }))
             .map_err(|e| match e {
@@ -149,7 +156,12 @@ impl LedgerBackend for RaftLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        propose_through(self.runtime.handle(), &self.client, commands, false)
+        let handle = self.runtime.handle();
+        propose_through(handle, &self.client, commands, false, &mut self.entries)
+    }
+
+    fn raft_entries(&self) -> Option<u64> {
+        Some(self.entries)
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {

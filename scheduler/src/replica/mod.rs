@@ -9,7 +9,10 @@
 //! - [`routing`]: pure functions: the slice of a plan one cycle commits, a cross-shard
 //!   gang's parts and its `StartTxn`, and commit-then-bind's second half (which owner
 //!   marks which bound pods, at which fence).
+//! - [`group_commit`]: the writes a replica need not wait for (marks, releases), queued
+//!   for its next proposal, so that a round costs one ledger entry where it cost many.
 
+pub mod group_commit;
 pub mod pump;
 pub mod routing;
 

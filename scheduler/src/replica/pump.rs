@@ -5,7 +5,7 @@
 //!        ▲                         │ commands
 //!        │                         ▼
 //!        │   Work::FromCoord / FromPart (queued behind what is already there)
-//!        │     ProposeToLedger ─► driver.propose ─► begin/decide/reserve_result ─┐
+//!        │     ProposeToLedger ─► driver.propose_batch ─► begin/decide/reserve ──┐
 //!        │     Pick            ─► the pump's PoolView (opened once per pump)     │
 //!        │     Send*/Reply     ─► the shard's owner: this replica (in process)   │
 //!        │                         or driver.send (another replica)              │
@@ -109,9 +109,14 @@ pub trait PumpDriver {
     /// Whether replica `id` runs: the commands of one that stopped are dropped.
     fn runs(&self, id: ReplicaId) -> bool;
 
-    /// Proposes one transaction command on behalf of replica `by`; `None` when the outcome
-    /// is unknown (the state machines resend on a tick).
-    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse>;
+    /// Proposes transaction commands of replica `by` as one ledger batch (group commit);
+    /// one answer per command, in order. `None` when the outcome is unknown (the state
+    /// machines resend on a tick); an answer of another length is taken as `None`.
+    fn propose_batch(
+        &mut self,
+        by: ReplicaId,
+        cmds: Vec<LedgerCommand>,
+    ) -> Option<Vec<LedgerResponse>>;
 
     /// The owner of `shard` and its epoch, as the driver knows them now.
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)>;
@@ -161,16 +166,27 @@ pub struct PumpStopped {
 
 /// Runs `work`, what it leads to and what arrives meanwhile, until nothing is left or
 /// `max_steps` steps were taken.
+///
+/// Group commit: a machine's proposal waits while the next work is a proposal too (the
+/// begins, reserves or decisions of transactions that reached that phase together sit one
+/// after another in the queue); the first other work, or no work, sends the proposals
+/// waiting as one ledger batch per replica ([`answer`]). Only proposals already queued
+/// back to back are joined, so no other work moves ahead of or behind a proposal.
 pub fn pump(
     driver: &mut impl PumpDriver,
     mut work: VecDeque<Work>,
     max_steps: usize,
 ) -> Result<(), PumpStopped> {
     let mut view: Option<PoolView> = None;
+    let mut asked: Vec<Asked> = Vec::new();
     let mut steps = 0usize;
     loop {
         if work.is_empty() {
             work.extend(driver.received());
+        }
+        if !asked.is_empty() && !work.front().is_some_and(is_proposal) {
+            answer(driver, std::mem::take(&mut asked), &mut work, &mut view);
+            continue;
         }
         let Some(w) = work.pop_front() else {
             return Ok(());
@@ -182,7 +198,159 @@ pub fn pump(
                 left: work.len() + 1,
             });
         }
-        step(driver, w, &mut work, &mut view);
+        step(driver, w, &mut work, &mut view, &mut asked);
+    }
+}
+
+/// Whether `w` is a machine's ledger proposal.
+fn is_proposal(w: &Work) -> bool {
+    matches!(
+        w,
+        Work::FromCoord {
+            cmd: CoordCommand::ProposeToLedger(_),
+            ..
+        } | Work::FromPart {
+            cmd: ParticipantCommand::ProposeToLedger(_),
+            ..
+        }
+    )
+}
+
+/// A machine's proposal waiting for its batch: what its answer is for, and the command.
+#[derive(Debug)]
+struct Asked {
+    machine: Machine,
+    txn: TxnId,
+    what: AskedFor,
+    /// Taken when its batch is proposed.
+    cmd: Option<LedgerCommand>,
+}
+
+#[derive(Debug)]
+enum AskedFor {
+    /// A coordinator's `TxnBegin`.
+    Begin,
+    /// A coordinator's `TxnDecide`.
+    Decide(TxnDecision),
+    /// A participant's `TxnReserve` of these pods.
+    Reserve(Vec<PodPlacement>),
+}
+
+impl Asked {
+    /// A coordinator's proposal: `TxnBegin` or `TxnDecide`; `None` (dropped) for a
+    /// command a coordinator never asks for.
+    fn of_coordinator(machine: Machine, cmd: LedgerCommand) -> Option<Self> {
+        let (txn, what) = match &cmd {
+            LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), AskedFor::Begin),
+            LedgerCommand::TxnDecide { txn, decision, .. } => {
+                (txn.clone(), AskedFor::Decide(*decision))
+            }
+            other => {
+                tracing::warn!(command = ?other, "a coordinator asked for a command it never proposes; dropped");
+                return None;
+            }
+        };
+        Some(Self {
+            machine,
+            txn,
+            what,
+            cmd: Some(cmd),
+        })
+    }
+
+    /// A participant's proposal: `TxnReserve`; `None` (dropped) for any other.
+    fn of_participant(machine: Machine, cmd: LedgerCommand) -> Option<Self> {
+        let (txn, pods) = match &cmd {
+            LedgerCommand::TxnReserve { txn, gang, .. } => (txn.clone(), gang.pods.clone()),
+            other => {
+                tracing::warn!(command = ?other, "a participant asked for a command it never proposes; dropped");
+                return None;
+            }
+        };
+        Some(Self {
+            machine,
+            txn,
+            what: AskedFor::Reserve(pods),
+            cmd: Some(cmd),
+        })
+    }
+
+    /// The event the answer `r` makes for the machine that asked (keeping the pick view
+    /// current: a reservation takes its nodes' capacity, a refusal or an abort frees it).
+    fn answered(self, r: &LedgerResponse, view: &mut Option<PoolView>) -> Work {
+        let (to, shard, epoch) = self.machine;
+        let txn = self.txn;
+        let result = match self.what {
+            AskedFor::Begin => begin_result(r),
+            AskedFor::Decide(d) => decide_result(d, r),
+            AskedFor::Reserve(pods) => {
+                let result = reserve_result(shard, r);
+                if let Some(view) = view.as_mut() {
+                    match &result {
+                        LedgerResult::Reserved { .. } => view.reserved(&txn, shard, &pods),
+                        LedgerResult::RefusedReserve { .. } => view.refused(&txn, shard),
+                        _ => {}
+                    }
+                }
+                let event = ParticipantEvent::LedgerApplied { txn, result };
+                return Work::ToPart {
+                    to,
+                    shard,
+                    epoch,
+                    event,
+                };
+            }
+        };
+        if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) = (view, &result) {
+            view.aborted(&txn);
+        }
+        let event = CoordEvent::LedgerApplied { txn, result };
+        Work::ToCoord {
+            to,
+            shard,
+            epoch,
+            event,
+        }
+    }
+}
+
+/// Proposes the waiting proposals, one batch per replica (in the order each replica first
+/// asked), then queues each machine's answer in the order they asked. A batch whose
+/// outcome is unknown answers none of its machines: they resend on a tick.
+fn answer(
+    driver: &mut impl PumpDriver,
+    mut asked: Vec<Asked>,
+    work: &mut VecDeque<Work>,
+    view: &mut Option<PoolView>,
+) {
+    let mut batches: Vec<(ReplicaId, Vec<usize>)> = Vec::new();
+    for (i, a) in asked.iter().enumerate() {
+        let by = a.machine.0;
+        match batches.iter_mut().find(|(r, _)| *r == by) {
+            Some((_, members)) => members.push(i),
+            None => batches.push((by, vec![i])),
+        }
+    }
+    let mut answers: Vec<Option<LedgerResponse>> = vec![None; asked.len()];
+    for (by, members) in batches {
+        let cmds = members
+            .iter()
+            .filter_map(|i| asked[*i].cmd.take())
+            .collect();
+        let Some(rs) = driver
+            .propose_batch(by, cmds)
+            .filter(|rs| rs.len() == members.len())
+        else {
+            continue;
+        };
+        for (i, r) in members.into_iter().zip(rs) {
+            answers[i] = Some(r);
+        }
+    }
+    for (a, r) in asked.into_iter().zip(answers) {
+        if let Some(r) = r {
+            work.push_back(a.answered(&r, view));
+        }
     }
 }
 
@@ -191,6 +359,7 @@ fn step(
     w: Work,
     work: &mut VecDeque<Work>,
     view: &mut Option<PoolView>,
+    asked: &mut Vec<Asked>,
 ) {
     match w {
         Work::ToCoord {
@@ -231,7 +400,7 @@ fn step(
             cmd,
         } => {
             if driver.runs(from) && driver.admit_coord_command(from, &cmd) {
-                coord_command(driver, (from, shard, epoch), cmd, work, view);
+                coord_command(driver, (from, shard, epoch), cmd, work, asked);
             }
         }
         Work::FromPart {
@@ -241,7 +410,7 @@ fn step(
             cmd,
         } => {
             if driver.runs(from) {
-                part_command(driver, (from, shard, epoch), cmd, work, view);
+                part_command(driver, (from, shard, epoch), cmd, work, view, asked);
             }
         }
     }
@@ -255,22 +424,11 @@ fn coord_command(
     (from, shard, epoch): Machine,
     cmd: CoordCommand,
     work: &mut VecDeque<Work>,
-    view: &mut Option<PoolView>,
+    asked: &mut Vec<Asked>,
 ) {
     match cmd {
         CoordCommand::ProposeToLedger(c) => {
-            let Some((txn, result)) = coord_proposal(driver, from, c) else {
-                return;
-            };
-            if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) = (view, &result) {
-                view.aborted(&txn);
-            }
-            work.push_back(Work::ToCoord {
-                to: from,
-                shard,
-                epoch,
-                event: CoordEvent::LedgerApplied { txn, result },
-            });
+            asked.extend(Asked::of_coordinator((from, shard, epoch), c));
         }
         CoordCommand::SendPrepare { shard: to, prepare } => {
             send_to_owner(driver, from, to, work, |route| CoordMessage::Prepare {
@@ -301,35 +459,13 @@ fn coord_command(
     }
 }
 
-/// Proposes a coordinator's `TxnBegin` or `TxnDecide` and reads the answer; `None` when
-/// the outcome is unknown, or for a command a coordinator never asks for (dropped).
-fn coord_proposal(
-    driver: &mut impl PumpDriver,
-    from: ReplicaId,
-    c: LedgerCommand,
-) -> Option<(TxnId, LedgerResult)> {
-    let (txn, decision) = match &c {
-        LedgerCommand::TxnBegin { txn, .. } => (txn.clone(), None),
-        LedgerCommand::TxnDecide { txn, decision, .. } => (txn.clone(), Some(*decision)),
-        other => {
-            tracing::warn!(command = ?other, "a coordinator asked for a command it never proposes; dropped");
-            return None;
-        }
-    };
-    let r = driver.propose(from, c)?;
-    let result = match decision {
-        None => begin_result(&r),
-        Some(d) => decide_result(d, &r),
-    };
-    Some((txn, result))
-}
-
 fn part_command(
     driver: &mut impl PumpDriver,
     (from, shard, epoch): Machine,
     cmd: ParticipantCommand,
     work: &mut VecDeque<Work>,
     view: &mut Option<PoolView>,
+    asked: &mut Vec<Asked>,
 ) {
     match cmd {
         ParticipantCommand::Pick { txn, wanted } => {
@@ -342,15 +478,7 @@ fn part_command(
             });
         }
         ParticipantCommand::ProposeToLedger(c) => {
-            let Some((txn, result)) = reserve(driver, view, from, shard, c) else {
-                return;
-            };
-            work.push_back(Work::ToPart {
-                to: from,
-                shard,
-                epoch,
-                event: ParticipantEvent::LedgerApplied { txn, result },
-            });
+            asked.extend(Asked::of_participant((from, shard, epoch), c));
         }
         ParticipantCommand::Reply {
             to,
@@ -387,34 +515,6 @@ fn pick(
     }
     let view = view.as_mut().expect("opened above");
     view.pick(txn, pool, wanted)
-}
-
-/// Proposes a participant's `TxnReserve`, reads the answer and keeps the view current
-/// (a reservation takes its nodes' capacity, a refusal leaves them free).
-fn reserve(
-    driver: &mut impl PumpDriver,
-    view: &mut Option<PoolView>,
-    from: ReplicaId,
-    shard: ShardId,
-    c: LedgerCommand,
-) -> Option<(TxnId, LedgerResult)> {
-    let (txn, pods) = match &c {
-        LedgerCommand::TxnReserve { txn, gang, .. } => (txn.clone(), gang.pods.clone()),
-        other => {
-            tracing::warn!(command = ?other, "a participant asked for a command it never proposes; dropped");
-            return None;
-        }
-    };
-    let r = driver.propose(from, c)?;
-    let result = reserve_result(shard, &r);
-    if let Some(view) = view.as_mut() {
-        match &result {
-            LedgerResult::Reserved { .. } => view.reserved(&txn, shard, &pods),
-            LedgerResult::RefusedReserve { .. } => view.refused(&txn, shard),
-            _ => {}
-        }
-    }
-    Some((txn, result))
 }
 
 /// Addresses a message to the owner of shard `to` at the owner's epoch: handed over in

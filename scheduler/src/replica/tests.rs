@@ -48,6 +48,8 @@ struct World {
     wrong: WrongAnswer,
     /// Every proposal, with its proposer, in order.
     proposals: Vec<(ReplicaId, LedgerCommand)>,
+    /// Every ledger batch: its proposer and how many commands it carried.
+    batches: Vec<(ReplicaId, usize)>,
     /// Every message between two replicas: (from, to, kind).
     sent: Vec<(ReplicaId, ReplicaId, &'static str)>,
     local: usize,
@@ -70,6 +72,7 @@ impl World {
                 .build(),
             wrong: WrongAnswer::None,
             proposals: Vec::new(),
+            batches: Vec::new(),
             sent: Vec::new(),
             local: 0,
             binds: Vec::new(),
@@ -109,19 +112,25 @@ impl World {
     /// Gang `default/g` planned with one pod on a1 (shard 0) and one on b1 (shard 1),
     /// started at replica 1's coordinator of its home shard 0.
     fn start_cross_shard_gang(&mut self) -> VecDeque<Work> {
+        self.start_gang("g", &[("g-0", "a1"), ("g-1", "b1")], 1)
+    }
+
+    /// Gang `default/{name}` of 2-GPU pods planned on those nodes, started as transaction
+    /// `seq` at replica 1's coordinator of shard 0.
+    fn start_gang(&mut self, name: &str, pods: &[(&str, &str)], seq: u64) -> VecDeque<Work> {
         let gang = GangPlacement {
-            gang: ObjectKey::new("default", "g"),
-            placements: [("g-0", "a1"), ("g-1", "b1")]
-                .into_iter()
+            gang: ObjectKey::new("default", name),
+            placements: pods
+                .iter()
                 .map(|(pod, node)| Placement {
-                    pod: ObjectKey::new("default", pod),
-                    node: node.into(),
+                    pod: ObjectKey::new("default", *pod),
+                    node: (*node).into(),
                     resources: crate::framework::testing::res(&[(GPU, 2)]),
                 })
                 .collect(),
         };
         let pool_of = |n: &str| self.ledger.nodes.get(n).map(|r| r.shard);
-        let start = start_txn((0, 1), 1, &gang, pool_of, 0, 10_000).expect("known nodes");
+        let start = start_txn((0, 1), seq, &gang, pool_of, 0, 10_000).expect("known nodes");
         VecDeque::from([Work::ToCoord {
             to: 1,
             shard: 0,
@@ -177,12 +186,24 @@ impl PumpDriver for World {
         self.replicas.contains_key(&id)
     }
 
-    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
-        self.proposals.push((by, cmd.clone()));
-        if self.wrong == WrongAnswer::ToReserve && matches!(cmd, LedgerCommand::TxnReserve { .. }) {
-            return Some(LedgerResponse::Applied);
+    fn propose_batch(
+        &mut self,
+        by: ReplicaId,
+        cmds: Vec<LedgerCommand>,
+    ) -> Option<Vec<LedgerResponse>> {
+        self.batches.push((by, cmds.len()));
+        let mut out = Vec::new();
+        for cmd in cmds {
+            self.proposals.push((by, cmd.clone()));
+            if self.wrong == WrongAnswer::ToReserve
+                && matches!(cmd, LedgerCommand::TxnReserve { .. })
+            {
+                out.push(LedgerResponse::Applied);
+                continue;
+            }
+            out.push(self.apply(cmd));
         }
-        Some(self.apply(cmd))
+        Some(out)
     }
 
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
@@ -267,6 +288,37 @@ fn a_cross_shard_gang_is_begun_prepared_reserved_committed_and_bound_through_the
         w.reports
     );
     // Committed, not yet bound in the ledger: the driver's bind marks them.
+    assert!(
+        states(&w)
+            .iter()
+            .all(|(_, s)| *s == PlacementState::Assumed),
+        "{:?}",
+        states(&w)
+    );
+}
+
+#[test]
+fn the_proposals_of_transactions_in_the_same_phase_go_as_one_batch_per_replica() {
+    let mut w = World::new();
+    w.snapshot = Cluster::new()
+        .node("a1", &[(GPU, 4)])
+        .node("a2", &[(GPU, 4)])
+        .node("b1", &[(GPU, 4)])
+        .inqueue_group("g", "default", 2)
+        .pod("g-0", Some("g"), &[(GPU, 2)])
+        .pod("g-1", Some("g"), &[(GPU, 2)])
+        .inqueue_group("h", "default", 2)
+        .pod("h-0", Some("h"), &[(GPU, 2)])
+        .pod("h-1", Some("h"), &[(GPU, 2)])
+        .build();
+    let mut work = w.start_cross_shard_gang();
+    work.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
+    pump(&mut w, work, 1_000).expect("finishes");
+    assert_eq!(w.binds.len(), 2, "both committed: {:?}", w.reports);
+    // Two begins (replica 1), then each replica's two reserves, then two decisions: one
+    // ledger entry each, where each of the eight commands was one before.
+    assert_eq!(w.batches, vec![(1, 2), (1, 2), (2, 2), (1, 2)]);
+    assert_eq!(w.proposals.len(), 8);
     assert!(
         states(&w)
             .iter()

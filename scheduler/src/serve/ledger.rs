@@ -8,14 +8,20 @@ use std::sync::Arc;
 
 use phalanx_statestore::ledger::{Epoch, PlacementState, ShardId};
 use phalanx_statestore::{GangPlacement as LedgerGang, PodPlacement};
-use phalanx_statestore::{LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse, LedgerState};
+use phalanx_statestore::{
+    LedgerClient, LedgerCommand, LedgerMirror, LedgerResponse, LedgerState, Refusal,
+};
 use tokio::runtime::Handle;
 
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
+use crate::framework::GangPlacement;
+use crate::ledger::sharded::{
+    Fence, command_sizes, gang_verdicts, mark_bound_at, place_at, release_at,
+};
 use crate::ledger::{
     LedgerBackend, LedgerError, ReleaseReason, Verdict, place_gangs_at, pod_commands,
-    propose_through, read_through, resource_vec, verdicts,
+    propose_through, read_through, resolve, resource_vec, to_ledger_gang, verdicts,
 };
 use crate::model::ObjectKey;
 
@@ -29,6 +35,8 @@ pub struct ServeLedger {
     mirror: LedgerMirror,
     pub shard: u32,
     pub epoch: u64,
+    /// Raft entries this replica proposed.
+    entries: u64,
 }
 
 impl ServeLedger {
@@ -39,6 +47,7 @@ impl ServeLedger {
             mirror: LedgerMirror::new(),
             shard,
             epoch,
+            entries: 0,
         }
     }
 
@@ -55,7 +64,13 @@ impl LedgerBackend for ServeLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        propose_through(&self.handle, &self.client, commands, true)
+        propose_through(
+            &self.handle,
+            &self.client,
+            commands,
+            true,
+            &mut self.entries,
+        )
     }
 
     fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
@@ -66,11 +81,21 @@ impl LedgerBackend for ServeLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        propose_through(&self.handle, &self.client, commands, false)
+        propose_through(
+            &self.handle,
+            &self.client,
+            commands,
+            false,
+            &mut self.entries,
+        )
     }
 
     fn replica_count(&self) -> usize {
         0
+    }
+
+    fn raft_entries(&self) -> Option<u64> {
+        Some(self.entries)
     }
 
     fn lease(&self) -> (u32, u64) {
@@ -86,6 +111,82 @@ pub fn next_epoch(shard: u32, current: u64) -> Result<u64, LedgerError> {
         .checked_add(1)
         .filter(|e| *e < u64::MAX)
         .ok_or(LedgerError::EpochExhausted { shard, current })
+}
+
+/// Commits gangs for several owned shards in one proposal (group commit): each shard's
+/// `PlaceGangs` at its fence, the ledger judging each gang alone. Returns one verdict per
+/// gang in the order given, and the fenced refusals (a shard taken by another replica:
+/// its gangs are refused, the other shards' are judged as usual). An unknown outcome is
+/// resolved from the ledger's state, as [`crate::ledger::PlacementLedger::commit`] does.
+pub fn commit_fenced(
+    ledger: &mut ServeLedger,
+    batches: &[(Fence, Vec<GangPlacement>)],
+) -> Result<(Vec<Verdict>, Vec<Refusal>), LedgerError> {
+    let mut cmds = Vec::new();
+    for (fence, gangs) in batches {
+        cmds.extend(place_at(*fence, gangs));
+    }
+    let sizes = command_sizes(&cmds);
+    match ledger.propose_raw(cmds) {
+        Ok(responses) => Ok((
+            gang_verdicts(&responses, &sizes),
+            fenced_refusals(&responses),
+        )),
+        Err(LedgerError::Ambiguous(why)) => {
+            let state = ledger.read_state()?;
+            let verdicts = batches
+                .iter()
+                .flat_map(|(_, gangs)| gangs)
+                .map(|g| resolve(&state, &to_ledger_gang(g), &why))
+                .collect();
+            Ok((verdicts, Vec::new()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Records binds in one proposal (group commit): the pods bound, marked at their shard's
+/// fence, and the pods whose bind failed, released. Proposed again when the outcome is
+/// unknown (both are no-ops the second time). Returns the refusals, each with its shard.
+pub fn record_binds(
+    ledger: &mut ServeLedger,
+    bound: &BTreeMap<Fence, Vec<ObjectKey>>,
+    failed: &BTreeMap<Fence, Vec<ObjectKey>>,
+) -> Result<Vec<(ShardId, Refusal)>, LedgerError> {
+    let mut cmds = Vec::new();
+    let mut shards = Vec::new();
+    for (fence, pods) in bound {
+        let marks = mark_bound_at(*fence, pods);
+        shards.extend(std::iter::repeat_n(fence.shard, marks.len()));
+        cmds.extend(marks);
+    }
+    for (fence, pods) in failed {
+        let releases = release_at(*fence, pods, ReleaseReason::BindFailed);
+        shards.extend(std::iter::repeat_n(fence.shard, releases.len()));
+        cmds.extend(releases);
+    }
+    if cmds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let responses = match ledger.propose_raw(cmds.clone()) {
+        Err(LedgerError::Ambiguous(_)) => ledger.propose_raw(cmds)?,
+        other => other?,
+    };
+    Ok(shards
+        .into_iter()
+        .zip(responses)
+        .filter_map(|(shard, r)| r.refusal().cloned().map(|r| (shard, r)))
+        .collect())
+}
+
+/// The refusals that say the writer no longer owns a shard (fencing, I4).
+fn fenced_refusals(responses: &[LedgerResponse]) -> Vec<Refusal> {
+    responses
+        .iter()
+        .filter_map(LedgerResponse::refusal)
+        .filter(|r| matches!(r, Refusal::StaleEpoch { .. } | Refusal::UnknownShard { .. }))
+        .cloned()
+        .collect()
 }
 
 /// What one reconciliation did.
@@ -209,59 +310,65 @@ pub fn reconcile(
             });
         }
     }
-    for (shard, w) in writes {
-        let epoch = owned[&shard];
-        write_shard(ledger, (shard, epoch), w, &mut out)?;
+    let writes: Vec<((ShardId, Epoch), ShardWrites)> = writes
+        .into_iter()
+        .map(|(shard, w)| ((shard, owned[&shard]), w))
+        .collect();
+    record_reconciled(ledger, &writes, &mut out)?;
+    for (fence, w) in writes {
+        account_shard(ledger, fence, w.account, &mut out)?;
     }
     Ok(out)
 }
 
-/// Proposes one owned shard's releases, marks and accounted pods at its epoch.
-fn write_shard(
+/// Proposes every owned shard's releases and marks in one proposal (group commit), each at
+/// its shard's epoch; a refusal is an error, as it was for each alone.
+fn record_reconciled(
     ledger: &mut ServeLedger,
-    (shard, epoch): (ShardId, Epoch),
-    w: ShardWrites,
+    writes: &[((ShardId, Epoch), ShardWrites)],
     out: &mut Reconciled,
 ) -> Result<(), LedgerError> {
-    let propose = |ledger: &mut ServeLedger, cmds: Vec<LedgerCommand>| -> Result<(), LedgerError> {
-        if cmds.is_empty() {
-            return Ok(());
+    let mut cmds = Vec::new();
+    for ((shard, epoch), w) in writes {
+        let (shard, epoch) = (*shard, *epoch);
+        out.released += w.release_finished.len() + w.release_failed.len();
+        let lists = [
+            (&w.release_finished, Some(ReleaseReason::Finished)),
+            (&w.release_failed, Some(ReleaseReason::BindFailed)),
+            (&w.mark, None),
+        ];
+        for (pods, reason) in lists {
+            cmds.extend(pod_commands(pods, |pods| match reason {
+                Some(reason) => LedgerCommand::Release {
+                    shard,
+                    epoch,
+                    pods,
+                    reason,
+                },
+                None => LedgerCommand::MarkBound { shard, epoch, pods },
+            }));
         }
-        ledger.propose_all(cmds).map(|_| ())
-    };
-    out.released += w.release_finished.len() + w.release_failed.len();
-    propose(
-        ledger,
-        pod_commands(&w.release_finished, |pods| LedgerCommand::Release {
-            shard,
-            epoch,
-            pods,
-            reason: ReleaseReason::Finished,
-        }),
-    )?;
-    propose(
-        ledger,
-        pod_commands(&w.release_failed, |pods| LedgerCommand::Release {
-            shard,
-            epoch,
-            pods,
-            reason: ReleaseReason::BindFailed,
-        }),
-    )?;
-    propose(
-        ledger,
-        pod_commands(&w.mark, |pods| LedgerCommand::MarkBound {
-            shard,
-            epoch,
-            pods,
-        }),
-    )?;
-    if w.account.is_empty() {
+    }
+    if cmds.is_empty() {
         return Ok(());
     }
-    let outcomes = verdicts(ledger.propose_all(place_gangs_at((shard, epoch), &w.account))?)?;
+    ledger.propose_all(cmds).map(|_| ())
+}
+
+/// Enters one owned shard's pods that hold nodes without a placement as bound one-pod
+/// gangs, at its epoch.
+fn account_shard(
+    ledger: &mut ServeLedger,
+    (shard, epoch): (ShardId, Epoch),
+    account: Vec<LedgerGang>,
+    out: &mut Reconciled,
+) -> Result<(), LedgerError> {
+    if account.is_empty() {
+        return Ok(());
+    }
+    let outcomes = verdicts(ledger.propose_all(place_gangs_at((shard, epoch), &account))?)?;
     let mut accounted = Vec::new();
-    for (g, v) in w.account.iter().zip(outcomes) {
+    for (g, v) in account.iter().zip(outcomes) {
         match v {
             Verdict::Accepted => accounted.push(g.gang.clone()),
             Verdict::Refused(r) | Verdict::InDoubt(r) => out.warnings.push(format!(
@@ -271,14 +378,15 @@ fn write_shard(
         }
     }
     out.accounted += accounted.len();
-    propose(
-        ledger,
-        pod_commands(&accounted, |pods| LedgerCommand::MarkBound {
-            shard,
-            epoch,
-            pods,
-        }),
-    )
+    let marks = pod_commands(&accounted, |pods| LedgerCommand::MarkBound {
+        shard,
+        epoch,
+        pods,
+    });
+    if marks.is_empty() {
+        return Ok(());
+    }
+    ledger.propose_all(marks).map(|_| ())
 }
 
 #[cfg(test)]

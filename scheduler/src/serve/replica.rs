@@ -29,7 +29,7 @@ use super::admin::AdminShared;
 use super::http::Health;
 use super::leader::{node_commands, owners, shard_moves};
 use super::lease::ReplicaLeases;
-use super::ledger::{ServeLedger, next_epoch, reconcile};
+use super::ledger::{ServeLedger, commit_fenced, next_epoch, reconcile, record_binds};
 use super::liveness::LeaseWatch;
 use super::route::{NotLocal, kept_back_status, route};
 use super::twophase::{PumpInput, TwoPhase};
@@ -38,7 +38,7 @@ use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
 use crate::framework::{CycleScope, GangPlacement, HomePool, run_cycle, run_cycle_scoped};
 use crate::ledger::sharded::Fence;
-use crate::ledger::{LedgerBackend, LedgerError, PlacementLedger, ReleaseReason, Verdict};
+use crate::ledger::{LedgerBackend, LedgerError, Verdict};
 use crate::model::ObjectKey;
 use crate::observe::progress::LoopProgress;
 use crate::replica::routing::cycle_slice;
@@ -46,6 +46,24 @@ use crate::shard::ShardMap;
 
 /// A gang the ledger accepted, with the fence it was committed at.
 type Accepted<'a> = (Fence, &'a GangPlacement);
+
+/// Counts the ledger's verdict on one gang; the gang with its fence when accepted.
+fn judged(fence: Fence, gang: &GangPlacement, verdict: Verdict) -> Option<Accepted<'_>> {
+    let result = match &verdict {
+        Verdict::Accepted => "accepted",
+        Verdict::Refused(_) => "refused",
+        Verdict::InDoubt(_) => "in_doubt",
+    };
+    counter!(metric::LEDGER_PROPOSALS, "result" => result).increment(1);
+    match verdict {
+        Verdict::Accepted => Some((fence, gang)),
+        Verdict::Refused(why) | Verdict::InDoubt(why) => {
+            counter!(metric::LEDGER_REFUSALS, "reason" => result).increment(1);
+            tracing::info!(gang = %gang.gang, reason = %why, "the ledger did not accept the gang");
+            None
+        }
+    }
+}
 
 /// One replica's scheduling side.
 #[derive(Debug)]
@@ -437,37 +455,38 @@ impl ShardedReplica {
                 }
             }
         }
+        let batches: Vec<(Fence, Vec<GangPlacement>)> = by_fence
+            .iter()
+            .map(|(f, gangs)| (*f, gangs.iter().map(|g| (*g).clone()).collect()))
+            .collect();
+        let gangs: Vec<(Fence, &'a GangPlacement)> = by_fence
+            .into_iter()
+            .flat_map(|(f, gangs)| gangs.into_iter().map(move |g| (f, g)))
+            .collect();
         let mut accepted = Vec::new();
-        for (fence, gangs) in by_fence {
-            let batch: Vec<GangPlacement> = gangs.iter().map(|g| (*g).clone()).collect();
-            match PlacementLedger::commit(self.ledger.at(fence), &batch) {
-                Ok(verdicts) => {
-                    for (gang, verdict) in gangs.into_iter().zip(verdicts) {
-                        let result = match &verdict {
-                            Verdict::Accepted => "accepted",
-                            Verdict::Refused(_) => "refused",
-                            Verdict::InDoubt(_) => "in_doubt",
-                        };
-                        counter!(metric::LEDGER_PROPOSALS, "result" => result).increment(1);
-                        match verdict {
-                            Verdict::Accepted => accepted.push((fence, gang)),
-                            Verdict::Refused(why) | Verdict::InDoubt(why) => {
-                                counter!(metric::LEDGER_REFUSALS, "reason" => result).increment(1);
-                                tracing::info!(gang = %gang.gang, reason = %why, "the ledger did not accept the gang");
-                            }
-                        }
+        if gangs.is_empty() {
+            return (accepted, kept_back);
+        }
+        match commit_fenced(&mut self.ledger, &batches) {
+            Ok((verdicts, fenced)) => {
+                for r in fenced {
+                    self.drop_if_fenced(&LedgerError::Refused(r));
+                }
+                for ((fence, gang), verdict) in gangs.into_iter().zip(verdicts) {
+                    if let Some(a) = judged(fence, gang, verdict) {
+                        accepted.push(a);
                     }
                 }
-                Err(e) => {
-                    counter!(metric::LEDGER_ERRORS).increment(1);
-                    counter!(metric::LEDGER_PROPOSALS, "result" => "error")
-                        .increment(gangs.len() as u64);
-                    crate::observe::cycle::record_errors(
-                        gangs.iter().map(|g| g.placements.len()).sum(),
-                    );
-                    tracing::warn!(shard = fence.shard, error = %e, "commit failed");
-                    self.drop_if_fenced(&e);
-                }
+            }
+            Err(e) => {
+                counter!(metric::LEDGER_ERRORS).increment(1);
+                counter!(metric::LEDGER_PROPOSALS, "result" => "error")
+                    .increment(gangs.len() as u64);
+                crate::observe::cycle::record_errors(
+                    gangs.iter().map(|(_, g)| g.placements.len()).sum(),
+                );
+                tracing::warn!(error = %e, "commit failed");
+                self.drop_if_fenced(&e);
             }
         }
         (accepted, kept_back)
@@ -508,17 +527,15 @@ impl ShardedReplica {
         }
         let count = bound.values().map(Vec::len).sum();
         counter!(metric::PODS_BOUND).increment(count as u64);
-        for (fence, pods) in bound {
-            if let Err(e) = PlacementLedger::mark_bound(self.ledger.at(fence), &pods) {
-                tracing::warn!(shard = fence.shard, error = %e, "marking bound failed; the next reconcile marks them");
-                self.drop_if_fenced(&e);
+        match record_binds(&mut self.ledger, &bound, &failed) {
+            Ok(refused) => {
+                for (shard, r) in refused {
+                    tracing::warn!(shard, refusal = %r, "recording binds was refused; the next reconcile marks or releases them");
+                    self.drop_if_fenced(&LedgerError::Refused(r));
+                }
             }
-        }
-        for (fence, pods) in failed {
-            if let Err(e) =
-                PlacementLedger::release(self.ledger.at(fence), &pods, ReleaseReason::BindFailed)
-            {
-                tracing::warn!(shard = fence.shard, error = %e, "releasing failed binds failed; the next reconcile releases them");
+            Err(e) => {
+                tracing::warn!(error = %e, "recording binds failed; the next reconcile marks or releases them");
                 self.drop_if_fenced(&e);
             }
         }

@@ -369,28 +369,45 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
         id == self.tp.id
     }
 
-    fn propose(&mut self, _by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
-        let commit = match &cmd {
-            LedgerCommand::TxnDecide {
-                txn,
-                decision: TxnDecision::Commit,
-                ..
-            } => Some(txn.clone()),
-            _ => None,
-        };
-        if let Some(txn) = &commit {
+    /// One ledger batch for the transactions that reached a phase together; the crash
+    /// failpoints fire around a batch that carries a commit decision, as around one.
+    fn propose_batch(
+        &mut self,
+        _by: ReplicaId,
+        cmds: Vec<LedgerCommand>,
+    ) -> Option<Vec<LedgerResponse>> {
+        let commits: Vec<TxnId> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                LedgerCommand::TxnDecide {
+                    txn,
+                    decision: TxnDecision::Commit,
+                    ..
+                } => Some(txn.clone()),
+                _ => None,
+            })
+            .collect();
+        for txn in &commits {
             failpoint::hit(CrashPoint::AfterReservations, txn);
         }
-        match self.input.ledger.propose_raw(vec![cmd]) {
-            Ok(mut r) if !r.is_empty() => {
-                if let Some(txn) = &commit {
+        let count = cmds.len();
+        match self.input.ledger.propose_raw(cmds) {
+            Ok(r) if r.len() == count => {
+                for txn in &commits {
                     failpoint::hit(CrashPoint::AfterDecision, txn);
                 }
-                Some(r.remove(0))
+                Some(r)
             }
-            Ok(_) => None,
+            Ok(r) => {
+                tracing::warn!(
+                    commands = count,
+                    answers = r.len(),
+                    "the ledger answered a transaction batch with another count; resent later"
+                );
+                None
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "a transaction command's outcome is unknown; resent later");
+                tracing::warn!(error = %e, "a transaction batch's outcome is unknown; resent later");
                 None
             }
         }

@@ -247,7 +247,7 @@ pub fn drive_with(
         if !finished_without_quorum.is_empty() {
             let done = std::mem::take(&mut finished_without_quorum);
             match sharded.as_mut() {
-                Some(rt) => rt.release(ledger, &done, ReleaseReason::Finished),
+                Some(rt) => rt.release(&done, ReleaseReason::Finished),
                 None => {
                     if let Err(e) = ledger.release(&done, ReleaseReason::Finished) {
                         outcome.ledger_errors.push(format!(
@@ -378,11 +378,11 @@ pub fn drive_with(
         };
         if let Some(rt) = sharded.as_mut() {
             if !finished.is_empty() {
-                rt.release(ledger, &finished, ReleaseReason::Finished);
+                rt.release(&finished, ReleaseReason::Finished);
             }
             let gone = sim.take_gone();
             if !gone.is_empty() {
-                rt.release(ledger, &gone, ReleaseReason::Evicted);
+                rt.release(&gone, ReleaseReason::Evicted);
             }
             continue;
         }
@@ -394,6 +394,11 @@ pub fn drive_with(
                 .push(format!("cycle {cycle}: releasing finished pods: {e}"));
         }
         release_gone(sim, ledger, cycle, &mut outcome);
+    }
+    if let Some(rt) = sharded.as_mut() {
+        // A run cut short (cycles, horizon) still records every queued mark and release.
+        rt.flush_outboxes(ledger, true);
+        rt.report.raft_entries = ledger.entries_proposed();
     }
     if opts.check_invariants && !opts.check_ledger_every_cycle {
         let cycle = outcome.cycles;

@@ -61,11 +61,10 @@ use crate::coord::{
 };
 use crate::framework::{CyclePlan, GangPlacement};
 use crate::invariants::{self, Violation};
-use crate::ledger::sharded::{
-    Fence, command_sizes, gang_verdicts, load_sharded, mark_bound_at, place_at, release_at,
-};
+use crate::ledger::sharded::{Fence, command_sizes, gang_verdicts, load_sharded, place_at};
 use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
+use crate::replica::group_commit::{self, Deferred, Outbox};
 use crate::replica::pump::{self, PumpDriver, Work};
 use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
@@ -208,6 +207,11 @@ pub struct ShardReport {
     /// batch with replicas) and the commands in them.
     pub ledger_proposals: u64,
     pub ledger_commands: u64,
+    /// Raft entries the ledger took for the whole run, the load included (a proposal over
+    /// an entry's limits takes more than one); `None` with the in-process ledger.
+    pub raft_entries: Option<u64>,
+    /// Rounds begun (each running replica plans, commits and binds once a round).
+    pub rounds: u64,
     /// Every `kill:` fault: the shards it left without an owner (`kill:leader` is the
     /// leading replica's shards; all of them with a one-replica ledger, where no replica
     /// dies) and how long until the next pod was bound on a node of one of them.
@@ -251,6 +255,14 @@ impl ShardReport {
             out,
             "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica",
             self.coord_messages_grpc, self.coord_messages_refused, self.coord_messages_local
+        );
+        let entries = self.raft_entries.map_or_else(String::new, |n| {
+            format!("; {n} Raft entries in all, the load's included")
+        });
+        let _ = writeln!(
+            out,
+            "ledger: {} proposals ({} commands) over {} rounds{entries}",
+            self.ledger_proposals, self.ledger_commands, self.rounds
         );
         for e in &self.replica_events {
             let _ = writeln!(out, "replica fault: {e}");
@@ -301,6 +313,8 @@ pub struct ShardRuntime {
     seq: u64,
     /// Transactions begun and not known to be finished: txn -> gang.
     open: BTreeMap<TxnId, String>,
+    /// The deadline of each transaction begun (pruned to `open` by the leader role).
+    deadlines: BTreeMap<TxnId, TimeMs>,
     /// Gangs of transactions started this run (for the performed plan).
     started: BTreeMap<TxnId, GangPlacement>,
     /// Something may be committed but unbound, or held: read the ledger next round.
@@ -310,6 +324,10 @@ pub struct ShardRuntime {
     /// Releases not recorded yet (their shard's owner is down, or the ledger did not
     /// answer), retried every round.
     pending_release: ReleaseQueue,
+    /// Each replica's marks and releases, waiting for its next proposal (group commit).
+    outbox: Outbox,
+    /// Rounds begun: a write waits in the outbox until the end of the next round at most.
+    round: u64,
     /// Gangs bound since the last [`ShardRuntime::perform`] returned, as bound (pods and
     /// nodes): a round's turns, and what the start of the round bound (recovery of a
     /// committed transaction, the retry of unbound commits).
@@ -366,10 +384,13 @@ impl ShardRuntime {
             node_shard: BTreeMap::new(),
             seq: 0,
             open: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
             started: BTreeMap::new(),
             dirty: false,
             held: HashSet::new(),
             pending_release: ReleaseQueue::default(),
+            outbox: Outbox::default(),
+            round: 0,
             bound: Vec::new(),
             pod_shard: BTreeMap::new(),
             fired: false,
@@ -410,6 +431,7 @@ impl ShardRuntime {
             .any(|(o, _)| self.replicas.get(o).is_none_or(|r| r.health != Health::Up));
         !self.open.is_empty()
             || !self.pending_release.is_empty()
+            || !self.outbox.is_empty()
             || self.dirty
             || (someone_up && orphan)
     }
@@ -525,6 +547,7 @@ impl ShardRuntime {
                 r.health = Health::Killed;
                 service::lock(&r.coords).clear();
                 r.parts.clear();
+                self.drop_outbox(id);
                 "killed"
             }
             LedgerFault::Restart(_) => {
@@ -540,6 +563,7 @@ impl ShardRuntime {
             }
             LedgerFault::Isolate(_) => {
                 r.health = Health::Isolated;
+                self.drop_outbox(id);
                 "cut off"
             }
             LedgerFault::Pause { for_ms, .. } => {
@@ -548,6 +572,7 @@ impl ShardRuntime {
                         until_ms: for_ms.map(|ms| now_ms.saturating_add(ms)),
                     };
                 }
+                self.drop_outbox(id);
                 "paused"
             }
             LedgerFault::Heal(_) | LedgerFault::Resume(_) => {
@@ -583,6 +608,8 @@ impl ShardRuntime {
         errors: &mut Vec<String>,
     ) {
         let now = sim.now_ms();
+        self.round += 1;
+        self.report.rounds = self.round;
         let mut resumed = Vec::new();
         for (id, r) in &mut self.replicas {
             if let Health::Paused {
@@ -644,7 +671,7 @@ impl ShardRuntime {
             }
         }
         self.pump(sim, ledger, mail, errors);
-        self.retry_releases(ledger, errors);
+        self.retry_releases();
         if self.dirty || !self.open.is_empty() {
             self.retry_unbound(sim, ledger, errors);
             let recovery = std::mem::take(&mut self.recovery);
@@ -669,6 +696,8 @@ impl ShardRuntime {
     fn lead(&mut self, ledger: &mut dyn PlacementLedger, now: TimeMs, errors: &mut Vec<String>) {
         let live = self.heartbeats.live(now);
         for m in assign(&self.owners, &live) {
+            self.report.ledger_proposals += 1;
+            self.report.ledger_commands += 1;
             match ledger.propose_raw(vec![m.to_command()]) {
                 Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {
                     self.owners.insert(m.shard, (m.to, m.new_epoch));
@@ -697,6 +726,14 @@ impl ShardRuntime {
                 Err(e) => errors.push(format!("moving shard {}: {e}", m.shard)),
             }
         }
+        // As the ledger's own expiry loop (statestore expiry.rs): only once a transaction
+        // not known to be decided is past its deadline.
+        self.deadlines.retain(|t, _| self.open.contains_key(t));
+        if !self.deadlines.values().any(|d| *d <= now) {
+            return;
+        }
+        self.report.ledger_proposals += 1;
+        self.report.ledger_commands += 1;
         match ledger.propose_raw(vec![LedgerCommand::ExpireAt { now_ms: now }]) {
             Ok(responses) => {
                 for r in responses {
@@ -727,6 +764,17 @@ impl ShardRuntime {
             .filter(|(_, (o, _))| *o == id)
             .map(|(s, (_, e))| (*s, *e))
             .collect();
+        // Writes queued for shards it lost go to their new owner instead.
+        let lost: BTreeSet<ShardId> = self.replicas[&id]
+            .owned
+            .iter()
+            .filter(|(s, e)| mine.get(s) != Some(e))
+            .map(|(s, _)| *s)
+            .collect();
+        if !lost.is_empty() {
+            let writes = self.outbox.take_shards(id, &lost);
+            self.hand_back(writes);
+        }
         let r = self.replicas.get_mut(&id).expect("a known replica");
         r.stale_view = false;
         if r.owned == mine {
@@ -964,9 +1012,12 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
         self.running(id).is_some()
     }
 
-    fn propose(&mut self, by: ReplicaId, cmd: LedgerCommand) -> Option<LedgerResponse> {
-        let responses = self.rt.propose(self.ledger, Some(by), vec![cmd]).ok()?;
-        responses.into_iter().next()
+    fn propose_batch(
+        &mut self,
+        by: ReplicaId,
+        cmds: Vec<LedgerCommand>,
+    ) -> Option<Vec<LedgerResponse>> {
+        self.rt.propose_grouped(self.ledger, by, cmds).ok()
     }
 
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
@@ -1039,7 +1090,7 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
             Some(g) => g.gang,
             None => ObjectKey::parse(crate::coord::gang_of(txn).unwrap_or(txn)),
         };
-        self.rt.bind_pods(self.sim, self.ledger, &gang, &pods);
+        self.rt.bind_pods(self.sim, &gang, &pods);
     }
 
     fn report(&mut self, _by: ReplicaId, txn: TxnId, outcome: TxnOutcome, reason: String) {
@@ -1102,13 +1153,7 @@ impl ShardRuntime {
     /// pods this call bound in [`Self::bound`] (every bind is counted and checked), then
     /// each pod's shard owner records `MarkBound` at its epoch; an owner that is down
     /// leaves it to the retry. A pod that cannot be bound has its placement released.
-    fn bind_pods(
-        &mut self,
-        sim: &mut SimCluster,
-        ledger: &mut dyn PlacementLedger,
-        gang: &ObjectKey,
-        pods: &[(ObjectKey, String)],
-    ) {
+    fn bind_pods(&mut self, sim: &mut SimCluster, gang: &ObjectKey, pods: &[(ObjectKey, String)]) {
         let mut bound = Vec::new();
         let mut failed = Vec::new();
         let mut fresh = Vec::new();
@@ -1143,9 +1188,9 @@ impl ShardRuntime {
                 placements: fresh,
             });
         }
-        self.mark_bound_by_owners(ledger, bound);
+        self.mark_bound_by_owners(bound);
         if !failed.is_empty() {
-            self.release(ledger, &failed, ReleaseReason::BindFailed);
+            self.release(&failed, ReleaseReason::BindFailed);
         }
     }
 
@@ -1159,13 +1204,10 @@ impl ShardRuntime {
         }
     }
 
-    /// Each bound pod's shard's running owner records it bound at its epoch; a shard whose
-    /// owner is down, or a refusal, leaves it to the retry of unbound commits.
-    fn mark_bound_by_owners(
-        &mut self,
-        ledger: &mut dyn PlacementLedger,
-        bound: Vec<(ShardId, ObjectKey)>,
-    ) {
+    /// Each bound pod's shard's running owner records it bound at its epoch, in its next
+    /// proposal (group commit); a shard whose owner is down, or a refusal, leaves it to the
+    /// retry of unbound commits.
+    fn mark_bound_by_owners(&mut self, bound: Vec<(ShardId, ObjectKey)>) {
         let marks = marks_by_owner(bound, |shard| {
             let (owner, epoch) = self.owners.get(&shard).copied()?;
             let up = self
@@ -1178,21 +1220,14 @@ impl ShardRuntime {
             self.dirty = true;
         }
         for (fence, (owner, pods)) in marks.by_fence {
-            match self.propose(ledger, Some(owner), mark_bound_at(fence, &pods)) {
-                Ok(r) if r.iter().all(|r| r.refusal().is_none()) => {}
-                _ => self.dirty = true,
-            }
+            self.outbox
+                .push(owner, self.round, Deferred::MarkBound { fence, pods });
         }
     }
 
     /// Releases placements of pods that finished, were evicted or failed to bind: each by
     /// its shard's current owner; an owner that is down leaves it for a later round.
-    pub fn release(
-        &mut self,
-        ledger: &mut dyn PlacementLedger,
-        pods: &[ObjectKey],
-        reason: ReleaseReason,
-    ) {
+    pub fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) {
         let mut by_shard: BTreeMap<ShardId, Vec<ObjectKey>> = BTreeMap::new();
         for pod in pods {
             match self.pod_shard.get(&pod.to_string()) {
@@ -1201,7 +1236,7 @@ impl ShardRuntime {
             }
         }
         for (shard, pods) in by_shard {
-            match self.release_by_owner(ledger, shard, &pods, reason) {
+            match self.release_by_owner(shard, &pods, reason) {
                 None => {
                     for p in &pods {
                         self.pod_shard.remove(&p.to_string());
@@ -1216,11 +1251,11 @@ impl ShardRuntime {
         }
     }
 
-    /// `shard`'s running owner releases `pods` at its epoch; `None` when recorded, else
-    /// why it must wait.
+    /// `shard`'s running owner releases `pods` at its epoch, in its next proposal (group
+    /// commit; [`Self::settle`] re-queues what the ledger then refuses or does not answer);
+    /// `None` when queued, else why it must wait.
     fn release_by_owner(
         &mut self,
-        ledger: &mut dyn PlacementLedger,
         shard: ShardId,
         pods: &[ObjectKey],
         reason: ReleaseReason,
@@ -1231,17 +1266,121 @@ impl ShardRuntime {
             Some((o, e)) if running(self, &o) => (o, e),
             _ => return Some(ReleaseWait::Owner),
         };
-        let cmds = release_at(Fence { shard, epoch }, pods, reason);
-        match self.propose(ledger, Some(owner), cmds) {
-            Ok(responses) => responses
-                .iter()
-                .find_map(LedgerResponse::refusal)
-                .map(|r| ReleaseWait::Refused(format!("shard {shard}: {r}"))),
-            Err(e) => Some(ReleaseWait::Ledger(e.to_string())),
+        let write = Deferred::Release {
+            fence: Fence { shard, epoch },
+            pods: pods.to_vec(),
+            reason,
+        };
+        self.outbox.push(owner, self.round, write);
+        None
+    }
+
+    /// Proposes `commands` of replica `by` as one ledger batch with the marks and releases
+    /// queued for it in front (group commit); settles each queued write with its answer,
+    /// and returns the answers to `commands`.
+    fn propose_grouped(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        by: ReplicaId,
+        commands: Vec<LedgerCommand>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        let queued = self.outbox.take(by);
+        if queued.is_empty() {
+            return self.propose(ledger, Some(by), commands);
+        }
+        let (batch, counts) = group_commit::batch(&queued, commands);
+        let answered = self.propose(ledger, Some(by), batch).and_then(|r| {
+            group_commit::split_answers(r, &counts).ok_or_else(|| {
+                LedgerError::Unexpected("fewer answers than commands in a batch".into())
+            })
+        });
+        match answered {
+            Ok((theirs, rest)) => {
+                for (write, answer) in queued.into_iter().zip(theirs) {
+                    self.settle(write, Ok(&answer));
+                }
+                Ok(rest)
+            }
+            Err(e) => {
+                for write in queued {
+                    self.settle(write, Err(&e));
+                }
+                Err(e)
+            }
         }
     }
 
-    fn retry_releases(&mut self, ledger: &mut dyn PlacementLedger, _errors: &mut Vec<String>) {
+    /// What follows a queued write's answer: a mark refused or unanswered is left to the
+    /// retry of unbound commits; a release is queued again, for the shard's owner when the
+    /// writer had lost the shard meanwhile, else judged (refused) or retried (unanswered).
+    fn settle(&mut self, write: Deferred, answer: Result<&[LedgerResponse], &LedgerError>) {
+        let refusal = answer.map(|r| r.iter().find_map(LedgerResponse::refusal).cloned());
+        let Deferred::Release {
+            fence,
+            pods,
+            reason,
+        } = write
+        else {
+            if !matches!(refusal, Ok(None)) {
+                self.dirty = true;
+            }
+            return;
+        };
+        let wait = match refusal {
+            Ok(None) => return,
+            Ok(Some(Refusal::StaleEpoch { .. } | Refusal::UnknownShard { .. })) => {
+                ReleaseWait::Owner
+            }
+            Ok(Some(r)) => ReleaseWait::Refused(format!("shard {}: {r}", fence.shard)),
+            Err(e) => ReleaseWait::Ledger(e.to_string()),
+        };
+        for pod in pods {
+            self.pod_shard.insert(pod.to_string(), fence.shard);
+            self.pending_release.push(pod, reason, wait.clone());
+        }
+    }
+
+    /// The writes of replica `id`, which stopped, are gone with its memory (the next owner
+    /// sees the pods bound or gone, as a real one does in its watch).
+    fn drop_outbox(&mut self, id: ReplicaId) {
+        let writes = self.outbox.take(id);
+        self.hand_back(writes);
+    }
+
+    /// Queued writes no longer the replica's to propose: marks are left to the retry of
+    /// unbound commits, releases wait in the release queue for their shard's owner.
+    fn hand_back(&mut self, writes: Vec<Deferred>) {
+        for write in writes {
+            match write {
+                Deferred::MarkBound { .. } => self.dirty = true,
+                Deferred::Release {
+                    fence,
+                    pods,
+                    reason,
+                } => {
+                    for pod in pods {
+                        self.pod_shard.insert(pod.to_string(), fence.shard);
+                        self.pending_release.push(pod, reason, ReleaseWait::Owner);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Proposes, alone, the queued writes of every replica that holds one made before
+    /// this round (a replica that proposed nothing since), or every write with `all`.
+    pub fn flush_outboxes(&mut self, ledger: &mut dyn PlacementLedger, all: bool) {
+        let waiting = if all {
+            self.replicas.keys().copied().collect()
+        } else {
+            self.outbox.waiting_since_before(self.round)
+        };
+        for id in waiting {
+            let _ = self.propose_grouped(ledger, id, Vec::new());
+        }
+    }
+
+    fn retry_releases(&mut self) {
         let pending = self.pending_release.take();
         let mut by_reason: BTreeMap<String, (ReleaseReason, Vec<ObjectKey>)> = BTreeMap::new();
         for crate::simulate::release_queue::QueuedRelease { pod, reason, .. } in pending {
@@ -1252,7 +1391,7 @@ impl ShardRuntime {
                 .push(pod);
         }
         for (_, (reason, pods)) in by_reason {
-            self.release(ledger, &pods, reason);
+            self.release(&pods, reason);
         }
     }
 
@@ -1315,8 +1454,11 @@ impl ShardRuntime {
         }
         let mut assumed: BTreeMap<String, Vec<(ObjectKey, String, ShardId)>> = BTreeMap::new();
         let mut held: HashSet<String> = self.open.values().cloned().collect();
+        // Bound, with the mark waiting in the outbox for the owner's next proposal.
+        let marking = self.outbox.marking_pods();
         for (pod, p) in &state.placements {
             match p.state {
+                PlacementState::Assumed if marking.contains(pod) => {}
                 PlacementState::Assumed => {
                     held.insert(p.gang.clone());
                     assumed.entry(p.gang.clone()).or_default().push((
@@ -1343,7 +1485,7 @@ impl ShardRuntime {
                 continue;
             }
             let pods: Vec<(ObjectKey, String)> = pods.into_iter().map(|(p, n, _)| (p, n)).collect();
-            self.bind_pods(sim, ledger, &ObjectKey::parse(&gang), &pods);
+            self.bind_pods(sim, &ObjectKey::parse(&gang), &pods);
             held.remove(&gang);
         }
         self.held = held;
@@ -1508,7 +1650,7 @@ impl ShardRuntime {
         }
         let gone = sim.take_gone();
         if !gone.is_empty() {
-            self.release(ledger, &gone, ReleaseReason::Evicted);
+            self.release(&gone, ReleaseReason::Evicted);
         }
         let mut done_shards: BTreeSet<ShardId> = BTreeSet::new();
         let mut work = VecDeque::new();
@@ -1534,48 +1676,7 @@ impl ShardRuntime {
                     cross.push((h, gang.clone()));
                 }
             }
-            for (h, gangs) in local {
-                let fence = Fence {
-                    shard: h,
-                    epoch: owned[&h],
-                };
-                let cmds = place_at(fence, &gangs);
-                let sizes = command_sizes(&cmds);
-                match self.propose(ledger, Some(*id), cmds) {
-                    Ok(responses) => {
-                        for (gang, v) in gangs.iter().zip(gang_verdicts(&responses, &sizes)) {
-                            match v {
-                                Verdict::Accepted => {
-                                    self.report.local_gangs += 1;
-                                    let pods: Vec<(ObjectKey, String)> = gang
-                                        .placements
-                                        .iter()
-                                        .map(|p| (p.pod.clone(), p.node.clone()))
-                                        .collect();
-                                    self.bind_pods(sim, ledger, &gang.gang, &pods);
-                                }
-                                Verdict::Refused(why) | Verdict::InDoubt(why) => outcome
-                                    .ledger_refusals
-                                    .push((cycle, gang.gang.to_string(), why)),
-                            }
-                        }
-                    }
-                    Err(LedgerError::Ambiguous(why)) => {
-                        // If it landed, the retry of assumed placements binds it.
-                        self.dirty = true;
-                        for g in &gangs {
-                            outcome.ledger_refusals.push((
-                                cycle,
-                                g.gang.to_string(),
-                                format!("outcome unknown ({why})"),
-                            ));
-                        }
-                    }
-                    Err(e) => outcome.ledger_errors.push(format!(
-                        "cycle {cycle}: replica {id} committing shard {h}'s gangs: {e}"
-                    )),
-                }
-            }
+            self.commit_local(sim, ledger, *id, &owned, local, cycle, outcome);
             for (h, gang) in cross {
                 let Some(epoch) = owned.get(&h).copied() else {
                     continue;
@@ -1592,6 +1693,7 @@ impl ShardRuntime {
                 self.txn_started_at
                     .insert(txn.clone(), std::time::Instant::now());
                 self.open.insert(txn.clone(), start.gang.clone());
+                self.deadlines.insert(txn.clone(), start.deadline_ms);
                 self.started.insert(txn, gang.clone());
                 work.push_back(Work::ToCoord {
                     to: *id,
@@ -1604,6 +1706,8 @@ impl ShardRuntime {
         // The replicas' cross-shard transactions run at the same time: their messages are
         // interleaved in one pump, first come first served.
         self.pump(sim, ledger, work, &mut outcome.ledger_errors);
+        // A replica that proposed nothing since its writes of the last round sends them now.
+        self.flush_outboxes(ledger, false);
         // Every gang bound since the last round's turns: this round's turns and what the
         // start of the round bound (recovered commits, the retry of unbound commits).
         performed.gangs.extend(std::mem::take(&mut self.bound));
@@ -1656,6 +1760,75 @@ impl ShardRuntime {
         performed
     }
 
+    /// Replica `id` commits its home shards' gangs that lie in one pool: every shard's
+    /// `PlaceGangs` in one proposal, behind its queued marks and releases (group commit),
+    /// the ledger judging each gang alone; then it binds the gangs accepted.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_local(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        id: ReplicaId,
+        owned: &BTreeMap<ShardId, Epoch>,
+        local: BTreeMap<ShardId, Vec<GangPlacement>>,
+        cycle: u32,
+        outcome: &mut RunOutcome,
+    ) {
+        if local.is_empty() {
+            return;
+        }
+        let (mut cmds, mut gangs) = (Vec::new(), Vec::new());
+        for (shard, g) in local {
+            cmds.extend(place_at(
+                Fence {
+                    shard,
+                    epoch: owned[&shard],
+                },
+                &g,
+            ));
+            gangs.extend(g);
+        }
+        let sizes = command_sizes(&cmds);
+        let responses = match self.propose_grouped(ledger, id, cmds) {
+            Ok(responses) => responses,
+            Err(LedgerError::Ambiguous(why)) => {
+                // If it landed, the retry of assumed placements binds it.
+                self.dirty = true;
+                outcome.ledger_refusals.extend(gangs.iter().map(|g| {
+                    (
+                        cycle,
+                        g.gang.to_string(),
+                        format!("outcome unknown ({why})"),
+                    )
+                }));
+                return;
+            }
+            Err(e) => {
+                let e = format!("cycle {cycle}: replica {id} committing its shards' gangs: {e}");
+                outcome.ledger_errors.push(e);
+                return;
+            }
+        };
+        for (gang, v) in gangs.iter().zip(gang_verdicts(&responses, &sizes)) {
+            match v {
+                Verdict::Accepted => {
+                    self.report.local_gangs += 1;
+                    let pods: Vec<(ObjectKey, String)> = gang
+                        .placements
+                        .iter()
+                        .map(|p| (p.pod.clone(), p.node.clone()))
+                        .collect();
+                    self.bind_pods(sim, &gang.gang, &pods);
+                }
+                Verdict::Refused(why) | Verdict::InDoubt(why) => {
+                    outcome
+                        .ledger_refusals
+                        .push((cycle, gang.gang.to_string(), why))
+                }
+            }
+        }
+    }
+
     /// Pods the ledger may hold without the cluster running them on that node, for now:
     /// reservations of open transactions, commits not yet bound (their owner is down, or
     /// they are bound in the next round's retry), and pods gone from the cluster whose
@@ -1669,6 +1842,7 @@ impl ShardRuntime {
             .map(|(k, _)| k.clone())
             .collect();
         pods.extend(self.pending_release.waiting_pods());
+        pods.extend(self.outbox.releasing_pods());
         pods
     }
 
