@@ -283,7 +283,79 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// One `kube` run: the table's row and the scheduler's memory.
+#[derive(Debug, Clone)]
+pub struct KubeOutcome {
+    pub label: String,
+    pub nodes: usize,
+    pub pods: usize,
+    /// PodGroups created (phalanx only).
+    pub gangs: Option<usize>,
+    pub kube_qps: f64,
+    pub kube_burst: u32,
+    pub created_in: Duration,
+    pub bound: usize,
+    /// First create sent → last pod seen bound.
+    pub span: Duration,
+    pub pods_per_s: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+    pub rss: Option<rss::RssReport>,
+}
+
+impl KubeOutcome {
+    pub const HEADER: &str = "| scheduler | pods | gangs | kube qps/burst | created in | bound | all bound after | pods/s | p50 | p99 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+
+    pub fn markdown(&self) -> String {
+        format!(
+            "| {} | {} | {} | {}/{} | {:.1} s | {} | {:.1} s | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
+            self.label,
+            self.pods,
+            self.gangs
+                .map_or_else(|| "-".to_string(), |g| g.to_string()),
+            self.kube_qps,
+            self.kube_burst,
+            self.created_in.as_secs_f64(),
+            self.bound,
+            self.span.as_secs_f64(),
+            self.pods_per_s,
+            self.p50.as_secs_f64(),
+            self.p99.as_secs_f64(),
+            self.max.as_secs_f64(),
+        )
+    }
+}
+
+/// The subcommand: one run, its table, and an error when not every pod was bound.
 pub fn run(b: &KubeBench) -> Result<()> {
+    let o = measure(b)?;
+    println!("{}", KubeOutcome::HEADER);
+    println!("{}", o.markdown());
+    if let Some(r) = o.rss {
+        println!(
+            "\n| scheduler | nodes | pods | RSS when all were bound, MiB (per replica) | largest RSS during the run, MiB | samples |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {} |",
+            o.label, o.nodes, o.bound, r.end_mib, r.peak_mib, r.samples
+        );
+    }
+    if o.bound < b.pods {
+        bail!(
+            "only {} of {} pods were bound within {} s",
+            o.bound,
+            b.pods,
+            b.timeout.as_secs()
+        );
+    }
+    Ok(())
+}
+
+/// Creates the workload on the testbed, waits for the binds (or `b.timeout`), samples the
+/// scheduler's memory, and deletes what it created: a run the suite can call in-process.
+pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -501,41 +573,22 @@ pub fn run(b: &KubeBench) -> Result<()> {
     } else {
         format!("{} (no gang)", b.scheduler)
     };
-    println!(
-        "| scheduler | pods | gangs | kube qps/burst | created in | bound | all bound after | pods/s | p50 | p99 | max |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| {label} | {} | {} | {}/{} | {:.1} s | {} | {:.1} s | {:.0} | {:.2} s | {:.2} s | {:.2} s |",
-        b.pods,
-        if is_phalanx {
-            gangs.to_string()
-        } else {
-            "-".into()
-        },
-        b.kube_qps,
-        b.kube_burst,
-        created_in.as_secs_f64(),
-        bound.len(),
-        span.as_secs_f64(),
-        rate,
-        percentile(&latencies, 0.5).as_secs_f64(),
-        percentile(&latencies, 0.99).as_secs_f64(),
-        latencies.last().copied().unwrap_or_default().as_secs_f64(),
-    );
-    if let Some(r) = rss.report() {
-        println!(
-            "\n| scheduler | nodes | pods | RSS when all were bound, MiB (per replica) | largest RSS during the run, MiB | samples |"
-        );
-        println!("|---|---:|---:|---:|---:|---:|");
-        println!(
-            "| {label} | {node_count} | {} | {:.0} | {:.0} | {} |",
-            bound.len(),
-            r.end_mib,
-            r.peak_mib,
-            r.samples
-        );
-    }
+    let outcome = KubeOutcome {
+        label,
+        nodes: node_count,
+        pods: b.pods,
+        gangs: is_phalanx.then_some(gangs),
+        kube_qps: b.kube_qps,
+        kube_burst: b.kube_burst,
+        created_in,
+        bound: bound.len(),
+        span,
+        pods_per_s: rate,
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+        max: latencies.last().copied().unwrap_or_default(),
+        rss: rss.report(),
+    };
 
     // Clean up: the pods go (kwok removes deleted pods), so the next run starts empty.
     let force = DeleteParams {
@@ -570,15 +623,7 @@ pub fn run(b: &KubeBench) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    if bound.len() < b.pods {
-        bail!(
-            "only {} of {} pods were bound within {} s",
-            bound.len(),
-            b.pods,
-            b.timeout.as_secs()
-        );
-    }
-    Ok(())
+    Ok(outcome)
 }
 
 #[cfg(test)]

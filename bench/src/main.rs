@@ -2,26 +2,28 @@
 //! output pastes into docs/benchmarks.md as it is.
 //!
 //! `cycle`: one scheduling cycle (session open, enqueue, allocate, backfill, close) over a
-//! generated cluster of N nodes × G GPUs with P pending pods in gangs of 1..64.
+//! generated cluster of N nodes × G GPUs with P pending pods in gangs of 1..64 (`cycle.rs`).
 //!
 //! `codec`: the Raft log record and proposal sizes and codec times, JSON beside postcard.
 //!
 //! `kube`: create→bound on the testbed for phalanx serve, kube-scheduler or the trivial
 //! binder, and the scheduler's resident memory through the run (`rss.rs`).
+//!
+//! `shards`: the sharded runtime's throughput over replicas × shards; with `--json`, one
+//! point as one JSON line with the process's peak memory (`shards.rs`).
 
 mod codec;
+mod cycle;
 mod heap;
 mod kube;
 mod rss;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use phalanx_scheduler::cluster::Cluster;
 use phalanx_scheduler::framework::SchedulerConf;
-use phalanx_scheduler::framework::run_cycle;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
 mod shards;
@@ -136,6 +138,10 @@ enum Command {
         /// Also write `series,x,y` (series "R replicas", x shards, y pods/s) here.
         #[arg(long)]
         csv: Option<String>,
+        /// One point (one --replicas, one --shards) as one JSON line with this process's
+        /// peak RSS: how `suite` measures each point in a process of its own.
+        #[arg(long, hide = true)]
+        json: bool,
     },
     /// Kill the Raft leader and each scheduler replica in turn during a sharded run; time
     /// from each kill to the next bind on a node of a shard it left without an owner.
@@ -279,6 +285,7 @@ fn main() -> Result<()> {
             shards,
             seed,
             csv,
+            json,
         } => {
             for &r in &replicas {
                 if !(1..=9).contains(&r) {
@@ -298,7 +305,7 @@ fn main() -> Result<()> {
                 );
                 std::process::exit(2);
             }
-            shards::run(&shards::ShardBench {
+            let bench = shards::ShardBench {
                 nodes,
                 gpus_per_node,
                 pods,
@@ -307,7 +314,12 @@ fn main() -> Result<()> {
                 shards,
                 seed,
                 csv,
-            })
+            };
+            if json {
+                shards::point(&bench)
+            } else {
+                shards::run(&bench)
+            }
         }
         Command::Failover { kills, seed } => failover(kills.max(1), seed),
         Command::HeapTop {
@@ -364,88 +376,16 @@ fn main() -> Result<()> {
         } => {
             let mut conf = SchedulerConf::volcano_default();
             conf.actions = actions;
-            let shape = CycleShape {
+            let shape = cycle::CycleShape {
                 gpus_per_node,
                 pods,
                 skipped_pods,
                 repeat: repeat.max(1),
                 seed,
             };
-            cycle(&conf, &nodes, &shape)
+            cycle::run(&conf, &nodes, &shape)
         }
     }
-}
-
-/// What `phalanx-bench cycle` times, besides the node counts.
-struct CycleShape {
-    gpus_per_node: i64,
-    pods: usize,
-    skipped_pods: usize,
-    repeat: usize,
-    seed: u64,
-}
-
-fn cycle(conf: &SchedulerConf, node_counts: &[usize], shape: &CycleShape) -> Result<()> {
-    let repeat = shape.repeat;
-    println!("actions: {}\n", conf.actions.join(", "));
-    println!(
-        "| nodes | GPUs | pending pods | of them skipped | gangs | placed | cycle (median of {repeat}) | pods/s |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &n in node_counts {
-        let mut spec = SyntheticSpec::new(n, shape.gpus_per_node, usize::MAX, shape.seed);
-        spec.max_pods = shape.pods;
-        let snapshot = generate(&spec).into_sim().snapshot();
-        let mut variants = vec![(0, snapshot.clone())];
-        if shape.skipped_pods > 0 {
-            variants.push((
-                shape.skipped_pods,
-                with_pods_of_a_skipped_group(snapshot, shape.skipped_pods),
-            ));
-        }
-        for (skipped, snapshot) in &variants {
-            let mut times: Vec<Duration> = Vec::with_capacity(repeat);
-            let mut placed = 0;
-            for _ in 0..repeat {
-                let started = Instant::now();
-                let (plan, _) = run_cycle(snapshot, conf, "phalanx");
-                times.push(started.elapsed());
-                placed = plan.bind_count();
-            }
-            times.sort();
-            let median = times[times.len() / 2];
-            println!(
-                "| {n} | {} | {} | {skipped} | {} | {placed} | {:.1} ms | {:.0} |",
-                n as i64 * shape.gpus_per_node,
-                snapshot.pods.len(),
-                snapshot.pod_groups.len(),
-                median.as_secs_f64() * 1000.0,
-                placed as f64 / median.as_secs_f64()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// `snapshot` with `count` more pending one-GPU pods naming PodGroup `skipped`, which is
-/// not in it: what serve's snapshot holds for a PodGroup its converter refused (a
-/// `minMember` over the gang bound, say) while its pods wait.
-fn with_pods_of_a_skipped_group(
-    mut snapshot: phalanx_scheduler::cluster::ClusterSnapshot,
-    count: usize,
-) -> phalanx_scheduler::cluster::ClusterSnapshot {
-    use phalanx_scheduler::model::{ObjectKey, Pod, Resources};
-    let requests = Resources::from_pairs([("cpu", 1000), ("nvidia.com/gpu", 1)]);
-    for i in 0..count {
-        let mut pod = Pod::new(
-            ObjectKey::new("hostile", format!("skipped-{i}")),
-            requests.clone(),
-        );
-        pod.group = Some("skipped".into());
-        pod.scheduler_name = "phalanx".into();
-        snapshot.pods.push(std::sync::Arc::new(pod));
-    }
-    snapshot
 }
 
 fn failover(kills: u32, seed: u64) -> Result<()> {

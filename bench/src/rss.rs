@@ -13,10 +13,25 @@ use std::time::Duration;
 
 /// The `VmRSS` line of a `/proc/PID/status` text, in KiB.
 pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    parse_status_kib(status, "VmRSS")
+}
+
+/// The line `FIELD:  N kB` of a `/proc/PID/status` text, in KiB.
+pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))?;
     let mut words = line.split_whitespace().skip(1);
     let value: u64 = words.next()?.parse().ok()?;
     (words.next() == Some("kB")).then_some(value)
+}
+
+/// This process's peak resident set (`VmHWM`), in KiB: what one `phalanx-bench shards
+/// --json` run cost at most, read just before it exits (the suite runs each measurement
+/// point as a process of its own, so the peak is that point's alone).
+pub fn own_peak_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_kib(&status, "VmHWM")
 }
 
 /// `VmRSS` of `pid` now, in KiB; `None` once it has exited.
@@ -123,6 +138,10 @@ mod tests {
         assert_eq!(parse_vm_rss_kib("Name:\tx\n"), None);
         assert_eq!(parse_vm_rss_kib("VmRSS:\t12 MB\n"), None);
         assert_eq!(parse_vm_rss_kib("VmRSS:\tlots kB\n"), None);
+        assert_eq!(parse_status_kib(status, "VmHWM"), Some(90000));
+        // A field whose name only starts the same is another field.
+        assert_eq!(parse_status_kib("VmHWMx:\t5 kB\n", "VmHWM"), None);
+        assert!(own_peak_kib().is_some_and(|k| k > 0));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use phalanx_scheduler::simulate::driver::{DriverOptions, drive_with};
 use phalanx_scheduler::simulate::sharded::ShardOptions;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
+use serde::{Deserialize, Serialize};
 
 pub const SIDE_A: &str = "bench.phalanx.dev/side-a";
 pub const SIDE_B: &str = "bench.phalanx.dev/side-b";
@@ -35,24 +36,49 @@ pub struct ShardBench {
     pub csv: Option<String>,
 }
 
-#[derive(Debug)]
-struct Row {
-    replicas: u64,
-    shards: u32,
-    binds: usize,
-    wall_s: f64,
-    cross_gangs: usize,
-    cross_committed: usize,
-    p50_ms: f64,
-    p99_ms: f64,
-    cpu_max: f64,
-    cpu_mean: f64,
-    view_cpu: f64,
-    proposals: u64,
+/// One run of the grid. Serialized as the JSON line of `shards --json`, which the suite
+/// runs as a process of its own per measurement point (`suite/child.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub replicas: u64,
+    pub shards: u32,
+    pub binds: usize,
+    pub wall_s: f64,
+    pub cross_gangs: usize,
+    pub cross_committed: usize,
+    /// Decision latency of the cross-shard transactions; `None` when there were none
+    /// (one shard), rather than a NaN that JSON cannot carry.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub cpu_max: f64,
+    pub cpu_mean: f64,
+    pub view_cpu: f64,
+    pub proposals: u64,
+    /// Rounds the driver ran (each running replica plans, commits and binds once a
+    /// round): the unit the ledger goal counts proposals in.
+    pub rounds: u64,
     /// 2PC messages between replicas acknowledged over gRPC, refused, within a replica.
-    messages: (u64, u64, u64),
-    violations: usize,
-    pending: usize,
+    pub messages: (u64, u64, u64),
+    pub violations: usize,
+    pub pending: usize,
+}
+
+impl Row {
+    pub fn pods_per_s(&self) -> f64 {
+        self.binds as f64 / self.wall_s
+    }
+
+    /// Ledger proposals per replica per round (the goal: at most 4).
+    pub fn proposals_per_round_replica(&self) -> f64 {
+        self.proposals as f64 / (self.rounds.max(1) * self.replicas.max(1)) as f64
+    }
+}
+
+/// What `shards --json` prints: the row and the process's own peak resident set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointReport {
+    pub row: Row,
+    pub vm_hwm_kib: u64,
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -62,7 +88,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
+pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
     let mut spec = SyntheticSpec::new(b.nodes, b.gpus_per_node, usize::MAX, b.seed);
     spec.max_pods = b.pods;
     spec.duration_ms = Some((1_000, 3_000));
@@ -149,12 +175,13 @@ fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         wall_s,
         cross_gangs: report.txns_started,
         cross_committed: report.txns_committed,
-        p50_ms: pct(&lat, 0.5),
-        p99_ms: pct(&lat, 0.99),
+        p50_ms: (!lat.is_empty()).then(|| pct(&lat, 0.5)),
+        p99_ms: (!lat.is_empty()).then(|| pct(&lat, 0.99)),
         cpu_max: cpus.iter().copied().fold(0.0, f64::max),
         cpu_mean: cpus.iter().sum::<f64>() / cpus.len().max(1) as f64,
         view_cpu: per_k(report.view_cpu_ns),
         proposals: report.ledger_proposals,
+        rounds: u64::from(outcome.cycles),
         messages: (
             report.coord_messages_grpc,
             report.coord_messages_refused,
@@ -171,17 +198,17 @@ pub fn run(b: &ShardBench) -> Result<()> {
         b.nodes, b.gpus_per_node, b.pods, b.queues
     );
     println!(
-        "| replicas | shards | pods bound | wall | pods/s | cross-shard gangs (committed) | decision p50 | p99 | planning CPU-s / 1k pods / replica: max | mean | shared view CPU-s / 1k pods | ledger proposals | violations | gangs pending at end |"
+        "| replicas | shards | pods bound | wall | pods/s | cross-shard gangs (committed) | decision p50 | p99 | planning CPU-s / 1k pods / replica: max | mean | shared view CPU-s / 1k pods | ledger proposals | rounds | proposals / (rounds × R) | violations | gangs pending at end |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut csv = String::from("series,x,y\n");
     let mut notes = Vec::new();
     for &r in &b.replicas {
         for &s in &b.shards {
             let row = one(b, r, s)?;
-            let pods_s = row.binds as f64 / row.wall_s;
+            let pods_s = row.pods_per_s();
             println!(
-                "| {} | {} | {} | {:.1} s | {:.0} | {} ({}) | {:.1} ms | {:.1} ms | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {} | {:.1} s | {:.0} | {} ({}) | {} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {:.2} | {} | {} |",
                 row.replicas,
                 row.shards,
                 row.binds,
@@ -189,12 +216,14 @@ pub fn run(b: &ShardBench) -> Result<()> {
                 pods_s,
                 row.cross_gangs,
                 row.cross_committed,
-                row.p50_ms,
-                row.p99_ms,
+                ms_or_dash(row.p50_ms),
+                ms_or_dash(row.p99_ms),
                 row.cpu_max,
                 row.cpu_mean,
                 row.view_cpu,
                 row.proposals,
+                row.rounds,
+                row.proposals_per_round_replica(),
                 row.violations,
                 row.pending
             );
@@ -217,6 +246,32 @@ pub fn run(b: &ShardBench) -> Result<()> {
         std::fs::write(path, csv)?;
         println!("\nwrote {path}");
     }
+    Ok(())
+}
+
+/// `12.3 ms`, or `-` where there is no figure.
+pub fn ms_or_dash(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |v| format!("{v:.1} ms"))
+}
+
+/// `shards --json`: one replica count and one shard count, measured in this process, and
+/// one JSON line ([`PointReport`]) on stdout: the suite's measurement point. The peak
+/// resident set is read last, so it covers the whole run.
+pub fn point(b: &ShardBench) -> Result<()> {
+    let (&[replicas], &[shards]) = (b.replicas.as_slice(), b.shards.as_slice()) else {
+        bail!(
+            "--json measures one point: give one --replicas and one --shards value (got {:?} and {:?})",
+            b.replicas,
+            b.shards
+        );
+    };
+    let row = one(b, replicas, shards)?;
+    let vm_hwm_kib = crate::rss::own_peak_kib()
+        .ok_or_else(|| anyhow::anyhow!("no VmHWM in /proc/self/status (Linux only)"))?;
+    println!(
+        "{}",
+        serde_json::to_string(&PointReport { row, vm_hwm_kib })?
+    );
     Ok(())
 }
 
