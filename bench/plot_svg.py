@@ -8,7 +8,9 @@ machine:
         --title "..." --xlabel shards --ylabel "pods/s"
 
 Each series is drawn as a polyline with markers, in the order of first appearance; x
-values are numeric and placed on a linear (default) or log2 axis.
+values are numeric and placed on a linear (default), log2 (--log2x) or log10 (--logx)
+axis; y on a linear axis from 0 (default) or a log10 axis (--logy). Log axes need values
+above 0. `phalanx-bench suite` draws its log-log growth plots with this script.
 """
 
 import argparse
@@ -37,6 +39,18 @@ def nice_ticks(lo, hi, count=5):
     return ticks
 
 
+def log_ticks(lo, hi):
+    """1, 2, 5 x 10^k ticks covering [lo, hi] (lo > 0): the largest at or below lo to the
+    smallest at or above hi. Only powers of ten when the range spans many decades."""
+    steps = (1, 2, 5) if math.log10(hi / lo) < 4 else (1,)
+    cands = [m * 10 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+             for m in steps]
+    below = [c for c in cands if c <= lo * (1 + 1e-9)]
+    above = [c for c in cands if c >= hi * (1 - 1e-9)]
+    first, last = max(below), min(above)
+    return [c for c in cands if first <= c <= last]
+
+
 def fmt(v):
     if abs(v) >= 1000:
         return f"{v:,.0f}"
@@ -53,7 +67,11 @@ def main():
     ap.add_argument("--xlabel", default="x")
     ap.add_argument("--ylabel", default="y")
     ap.add_argument("--log2x", action="store_true")
+    ap.add_argument("--logx", action="store_true", help="log10 x axis")
+    ap.add_argument("--logy", action="store_true", help="log10 y axis")
     args = ap.parse_args()
+    if args.log2x and args.logx:
+        sys.exit("--log2x and --logx: choose one")
 
     series = OrderedDict()
     with open(args.csv, newline="") as f:
@@ -70,21 +88,28 @@ def main():
     if not series:
         sys.exit(f"{args.csv}: no rows")
 
-    tx = (lambda v: math.log2(v)) if args.log2x else (lambda v: v)
+    tx = math.log2 if args.log2x else math.log10 if args.logx else (lambda v: v)
+    ty = math.log10 if args.logy else (lambda v: v)
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
+    for flag, on, vals in (("--log2x/--logx", args.log2x or args.logx, xs), ("--logy", args.logy, ys)):
+        if on and min(vals) <= 0:
+            sys.exit(f"{args.csv}: {flag} needs values above 0 (found {min(vals)})")
     x_lo, x_hi = tx(min(xs)), tx(max(xs))
     if x_hi == x_lo:
         x_hi = x_lo + 1
-    y_ticks = nice_ticks(0, max(ys) * 1.05)
-    y_hi = y_ticks[-1]
+    if args.logy:
+        y_ticks = log_ticks(min(ys), max(ys)) if max(ys) > min(ys) else log_ticks(min(ys) / 2, max(ys) * 2)
+    else:
+        y_ticks = nice_ticks(0, max(ys) * 1.05)
+    y_lo, y_hi = ty(y_ticks[0]) if args.logy else 0, ty(y_ticks[-1])
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def px(x):
         return LEFT + (tx(x) - x_lo) / (x_hi - x_lo) * pw
 
     def py(y):
-        return TOP + ph - y / y_hi * ph
+        return TOP + ph - (ty(y) - y_lo) / (y_hi - y_lo) * ph
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '

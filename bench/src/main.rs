@@ -11,6 +11,9 @@
 //!
 //! `shards`: the sharded runtime's throughput over replicas × shards; with `--json`, one
 //! point as one JSON line with the process's peak memory (`shards.rs`).
+//!
+//! `suite`: all of the above this machine can run, written into docs/benchmarks.md
+//! (`suite.rs`).
 
 mod codec;
 mod cycle;
@@ -27,6 +30,7 @@ use phalanx_scheduler::framework::SchedulerConf;
 use phalanx_scheduler::simulate::synthetic::{SyntheticSpec, generate};
 
 mod shards;
+mod suite;
 mod trivial;
 
 #[derive(Parser, Debug)]
@@ -201,6 +205,9 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         skipped_pods: usize,
     },
+    /// Every benchmark this machine can run, one after the other, written into the
+    /// generated sections of docs/benchmarks.md (and docs/bench/ for the plots).
+    Suite(suite::SuiteArgs),
     /// Where a heap profile's memory was at its peak: the file a replica built with
     /// `--features heap-profile` writes when it stops (`PHALANX_HEAP_PROFILE`).
     HeapTop {
@@ -219,6 +226,13 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Suite(args) => match suite::Plan::from_args(&args) {
+            Ok(plan) => suite::run(&plan, &std::env::args().collect::<Vec<_>>()),
+            Err(why) => {
+                eprintln!("error: {why}");
+                std::process::exit(2);
+            }
+        },
         Command::Codec {
             commands,
             gangs_per_command,

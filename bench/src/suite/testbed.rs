@@ -1,0 +1,543 @@
+//! The kube part: a real API server (the testbed: kube-apiserver, etcd and kwok on
+//! loopback, docs/testbed.md), with the trivial binder, kube-scheduler and phalanx ×1 / ×3
+//! side by side on it, through `kube::measure` in this process. The suite brings the
+//! testbed up itself and always down again; it never touches one it did not start, and it
+//! never builds the Go tools (`deploy/testbed/testbed build` does).
+
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::Section;
+use super::goals::{Cmp, Goal};
+use super::plan::{KubeSizes, Plan, Stamp};
+use super::progress::Progress;
+use crate::kube::{KubeBench, KubeOutcome};
+
+/// The testbed script of this checkout.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/testbed/testbed")
+}
+
+/// Where `testbed build` puts the binaries (the script's `$CACHE/bin`).
+fn tools_dir() -> PathBuf {
+    let cache = std::env::var_os("PHALANX_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/phalanx"),
+        PathBuf::from,
+    );
+    cache.join("testbed/bin")
+}
+
+/// The tools `testbed up` needs that are missing from `dir` (each built binary is named
+/// `TOOL-VERSION`; a `.tmp` is a build that did not finish).
+pub fn missing_tools(dir: &Path) -> Vec<&'static str> {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ["kube-apiserver", "etcd", "kwok"]
+        .into_iter()
+        .filter(|t| {
+            !names
+                .iter()
+                .any(|n| n.starts_with(&format!("{t}-v")) && !n.ends_with(".tmp"))
+        })
+        .collect()
+}
+
+fn testbed(args: &[&str]) -> Result<std::process::Output> {
+    Command::new(script())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {} {}", script().display(), args.join(" ")))
+}
+
+fn tail(bytes: &[u8], n: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Whether a testbed this suite started is up: what an interrupt must bring down.
+static OURS_IS_UP: AtomicBool = AtomicBool::new(false);
+
+/// On SIGINT or SIGTERM, brings down the testbed this suite started (its processes run in
+/// sessions of their own, so a Ctrl-C on the terminal does not reach them) and exits.
+fn down_on_interrupt() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::thread::spawn(|| {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let (Ok(mut int), Ok(mut term)) = (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                ) else {
+                    return;
+                };
+                tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+            });
+            if OURS_IS_UP.swap(false, Ordering::SeqCst) {
+                eprintln!("suite: interrupted; bringing down the testbed it started");
+                let _ = testbed(&["down"]);
+            }
+            std::process::exit(130);
+        });
+    });
+}
+
+/// The testbed this suite brought up: down again when dropped, whatever happened.
+#[derive(Debug)]
+struct Up {
+    down_done: bool,
+}
+
+impl Up {
+    fn start(nodes: usize) -> Result<Up> {
+        down_on_interrupt();
+        let out = testbed(&["up", "--nodes", &nodes.to_string()])?;
+        if !out.status.success() {
+            bail!(
+                "testbed up --nodes {nodes} failed:\n{}",
+                tail(&out.stderr, 15)
+            );
+        }
+        OURS_IS_UP.store(true, Ordering::SeqCst);
+        Ok(Up { down_done: false })
+    }
+
+    fn down(&mut self) -> Result<()> {
+        self.down_done = true;
+        if !OURS_IS_UP.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let out = testbed(&["down"])?;
+        if !out.status.success() {
+            bail!("testbed down failed:\n{}", tail(&out.stderr, 15));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if !self.down_done {
+            let _ = self.down();
+        }
+    }
+}
+
+/// A kube-scheduler this suite started: stopped (SIGTERM, then killed) when dropped.
+#[derive(Debug)]
+struct KubeScheduler(Child);
+
+impl Drop for KubeScheduler {
+    fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// kube-scheduler at the same client budget as the others (docs/benchmarks.md: started by
+/// hand, since `testbed up --kube-scheduler` keeps its default 50/100), ready on /healthz.
+fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Result<KubeScheduler> {
+    let path = testbed(&["tool-path", "kube-scheduler"])?;
+    if !path.status.success() {
+        bail!("not run: kube-scheduler not built (deploy/testbed/testbed build --kube-scheduler)");
+    }
+    let bin = String::from_utf8_lossy(&path.stdout).trim().to_string();
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let kc = kubeconfig.display().to_string();
+    let log = std::fs::File::create(log_dir.join("kube-scheduler.log"))?;
+    let child = Command::new(&bin)
+        .args([
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--leader-elect=false".into(),
+            format!("--kube-api-qps={}", k.kube_qps),
+            format!("--kube-api-burst={}", k.kube_burst),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .with_context(|| format!("starting {bin}"))?;
+    let mut ks = KubeScheduler(child);
+    let url = format!("https://127.0.0.1:{port}/healthz");
+    let started = Instant::now();
+    loop {
+        let ok = Command::new("curl")
+            .args(["-skf", "--max-time", "2", &url])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(ks);
+        }
+        // The log goes with the suite's temporary directory: its tail goes in the error.
+        let log = || {
+            tail(
+                &std::fs::read(log_dir.join("kube-scheduler.log")).unwrap_or_default(),
+                5,
+            )
+        };
+        if let Ok(Some(s)) = ks.0.try_wait() {
+            bail!(
+                "kube-scheduler exited ({s}) before it was ready:\n{}",
+                log()
+            );
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            bail!("kube-scheduler not healthy after 90 s:\n{}", log());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The bench's settings for one row.
+fn bench(plan: &Plan, kubeconfig: &Path, scheduler: &str, replicas: u32) -> KubeBench {
+    let k = &plan.kube;
+    let phalanx = scheduler == "phalanx";
+    KubeBench {
+        kubeconfig: kubeconfig.to_path_buf(),
+        scheduler: scheduler.to_string(),
+        replicas,
+        pods: k.pods,
+        gang: k.gang,
+        gpus_per_pod: 0,
+        kube_qps: k.kube_qps,
+        kube_burst: k.kube_burst,
+        bind_workers: k.bind_workers,
+        max_pods_per_cycle: None,
+        period_ms: 200,
+        phalanx: plan.phalanx.clone(),
+        timeout: k.timeout,
+        create_concurrency: 32,
+        shards: if phalanx { k.shards } else { 1 },
+        queues: if phalanx { k.queues } else { 0 },
+        rss_pid: None,
+    }
+}
+
+/// A row of the kube table: what ran and how it went.
+#[derive(Debug)]
+pub struct KubeRow {
+    pub name: &'static str,
+    pub outcome: Result<KubeOutcome, String>,
+}
+
+impl KubeRow {
+    fn ok(&self) -> Option<&KubeOutcome> {
+        self.outcome.as_ref().ok()
+    }
+}
+
+/// The part: checks that it can run, brings the testbed up, measures the rows, brings it
+/// down, and renders the section.
+pub fn kube(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
+    let mut body = format!("### On a real API server\n\n{}\n\n", stamp.line());
+    let missing = missing_tools(&tools_dir());
+    let not_run = if !missing.is_empty() {
+        Some(format!(
+            "not run: testbed tools not built (deploy/testbed/testbed build; missing from {}: {})",
+            tools_dir().display(),
+            missing.join(", ")
+        ))
+    } else if !plan.phalanx.is_file() {
+        Some(format!(
+            "not run: the phalanx binary {} does not exist (cargo build -p phalanx-scheduler, or --phalanx PATH)",
+            plan.phalanx.display()
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = not_run {
+        progress.done(&format!("kube: {why}"));
+        body.push_str(&why);
+        return Section {
+            body,
+            problems: Vec::new(),
+        };
+    }
+    let mut problems = Vec::new();
+    if testbed(&["status"]).is_ok_and(|o| o.status.success()) {
+        let why = "not run: a testbed is already up (deploy/testbed/testbed status); the suite starts its own and never touches one it did not start: bring it down first";
+        body.push_str(why);
+        problems.push(why.to_string());
+        return Section { body, problems };
+    }
+    match measure_rows(plan, progress) {
+        Ok(rows) => body.push_str(&render(plan, &rows)),
+        Err(e) => {
+            let _ = write!(body, "failed: {e:#}");
+            problems.push(format!("{e:#}"));
+        }
+    }
+    Section { body, problems }
+}
+
+/// Up, every row, down (also on error, by `Up`'s drop).
+fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
+    let k = &plan.kube;
+    progress.start(&format!("kube: testbed up --nodes {}", k.nodes));
+    let mut up = Up::start(k.nodes)?;
+    progress.done(&format!("kube: testbed up with {} nodes", k.nodes));
+    let kubeconfig =
+        PathBuf::from(String::from_utf8_lossy(&testbed(&["kubeconfig-path"])?.stdout).trim());
+    let logs = tempfile::Builder::new()
+        .prefix("phalanx-suite-")
+        .tempdir()?;
+    let row = |name: &'static str, b: KubeBench| {
+        progress.start(&format!("kube: {name}, {} pods", b.pods));
+        let outcome = crate::kube::measure(&b).map_err(|e| format!("{e:#}"));
+        progress.done(&match &outcome {
+            Ok(o) => format!(
+                "kube: {name}: {:.0} pods/s, p50 {:.2} s",
+                o.pods_per_s,
+                o.p50.as_secs_f64()
+            ),
+            Err(e) => format!("kube: {name}: failed: {e}"),
+        });
+        KubeRow { name, outcome }
+    };
+    let mut rows = vec![row(
+        "trivial binder",
+        bench(plan, &kubeconfig, "trivial", 1),
+    )];
+    match start_kube_scheduler(k, &kubeconfig, logs.path()) {
+        Ok(ks) => {
+            let mut b = bench(plan, &kubeconfig, "default-scheduler", 1);
+            b.rss_pid = Some(ks.0.id());
+            rows.push(row("kube-scheduler", b));
+            drop(ks);
+        }
+        Err(e) => {
+            progress.done(&format!("kube: kube-scheduler: {e:#}"));
+            rows.push(KubeRow {
+                name: "kube-scheduler",
+                outcome: Err(format!("{e:#}")),
+            });
+        }
+    }
+    rows.push(row("phalanx ×1", bench(plan, &kubeconfig, "phalanx", 1)));
+    rows.push(row("phalanx ×3", bench(plan, &kubeconfig, "phalanx", 3)));
+    up.down()?;
+    Ok(rows)
+}
+
+/// The table, the ratios and the goals.
+pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
+    let k = &plan.kube;
+    let mut md = format!(
+        "The testbed at {} kwok nodes × 8 GPUs; {} pods of 1 cpu / 1 Gi each (gangs of {} for phalanx; no gang for the others); every scheduler's client at {}/{} QPS/burst, {} bind workers for the trivial binder and phalanx; phalanx rows with `--shards {} --queues {}` (docs/benchmarks.md, scale-out) and a period of 200 ms; `phalanx-bench kube` for each row, one after the other on the same testbed.\n\n",
+        k.nodes, k.pods, k.gang, k.kube_qps, k.kube_burst, k.bind_workers, k.shards, k.queues
+    );
+    md.push_str("| scheduler | pods | bound | created in | all bound after | pods/s | of the trivial binder's | p50 | p99 | RSS at the end / largest (per replica) | status |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    let find = |name: &str| rows.iter().find(|r| r.name == name).and_then(KubeRow::ok);
+    let trivial = find("trivial binder");
+    for r in rows {
+        md.push_str(&kube_row(r, trivial));
+    }
+    let (p1, p3, ks) = (
+        find("phalanx ×1"),
+        find("phalanx ×3"),
+        find("kube-scheduler"),
+    );
+    let ratio =
+        |a: Option<&KubeOutcome>, b: Option<&KubeOutcome>, f: fn(&KubeOutcome) -> Option<f64>| {
+            a.zip(b).and_then(|(a, b)| Some(f(a)? / f(b)?))
+        };
+    let rate = |o: &KubeOutcome| Some(o.pods_per_s);
+    let p50 = |o: &KubeOutcome| Some(o.p50.as_secs_f64());
+    let rss = |o: &KubeOutcome| o.rss.map(|r| r.end_mib);
+    let _ = writeln!(
+        md,
+        "\nphalanx ×3 / ×1 pods/s: {}\n\nGoals (issue 16: 500 nodes, 5,000 pods in gangs, the same QPS){}:\n",
+        ratio(p3, p1, rate).map_or_else(|| "no figure".to_string(), |v| format!("{v:.2}")),
+        if plan.quick {
+            "; at --quick sizes the verdicts are indicative only"
+        } else {
+            ""
+        }
+    );
+    let goals = [
+        (
+            Goal::new(
+                "phalanx ×1 pods/s / the trivial binder's",
+                Cmp::AtLeast,
+                0.8,
+            ),
+            ratio(p1, trivial, rate),
+        ),
+        (
+            Goal::new("phalanx ×1 p50 / kube-scheduler's p50", Cmp::AtMost, 1.0),
+            ratio(p1, ks, p50),
+        ),
+        (
+            Goal::new("phalanx ×3 pods/s / phalanx ×1's", Cmp::AtLeast, 2.5),
+            ratio(p3, p1, rate),
+        ),
+        (
+            Goal::new("phalanx ×1 RSS / kube-scheduler's RSS", Cmp::AtMost, 0.5),
+            ratio(p1, ks, rss),
+        ),
+    ];
+    for (goal, figure) in goals {
+        md.push_str(&goal.line(figure));
+        md.push('\n');
+    }
+    md
+}
+
+fn kube_row(r: &KubeRow, trivial: Option<&KubeOutcome>) -> String {
+    let o = match &r.outcome {
+        Ok(o) => o,
+        Err(e) => {
+            let e = e.replace('\n', " / ").replace('|', "\\|");
+            let status = if e.starts_with("not run") {
+                e
+            } else {
+                format!("failed: {e}")
+            };
+            return format!(
+                "| {} | - | - | - | - | - | - | - | - | - | {status} |\n",
+                r.name
+            );
+        }
+    };
+    let share = trivial.map_or_else(
+        || "-".to_string(),
+        |t| format!("{:.0} %", 100.0 * o.pods_per_s / t.pods_per_s),
+    );
+    let rss = o.rss.map_or_else(
+        || "-".to_string(),
+        |r| format!("{:.0} / {:.0} MiB", r.end_mib, r.peak_mib),
+    );
+    let status = if o.bound < o.pods {
+        format!("timed out: {} of {} bound", o.bound, o.pods)
+    } else {
+        "ok".to_string()
+    };
+    format!(
+        "| {} | {} | {} | {:.1} s | {:.1} s | {:.0} | {share} | {:.2} s | {:.2} s | {rss} | {status} |\n",
+        r.name,
+        o.pods,
+        o.bound,
+        o.created_in.as_secs_f64(),
+        o.span.as_secs_f64(),
+        o.pods_per_s,
+        o.p50.as_secs_f64(),
+        o.p99.as_secs_f64(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(pods_per_s: f64, p50_s: f64, rss_mib: Option<f64>) -> KubeOutcome {
+        KubeOutcome {
+            label: String::new(),
+            nodes: 50,
+            pods: 500,
+            gangs: None,
+            kube_qps: 1000.0,
+            kube_burst: 2000,
+            created_in: Duration::from_secs(3),
+            bound: 500,
+            span: Duration::from_secs(4),
+            pods_per_s,
+            p50: Duration::from_secs_f64(p50_s),
+            p99: Duration::from_secs_f64(p50_s * 2.0),
+            max: Duration::from_secs_f64(p50_s * 3.0),
+            rss: rss_mib.map(|m| crate::rss::RssReport {
+                end_mib: m,
+                peak_mib: m,
+                samples: 10,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_table_keeps_a_failed_row_and_judges_the_goals_from_the_rows() {
+        let plan = Plan::from_args(&crate::suite::SuiteArgs {
+            quick: true,
+            out: Some("x.md".into()),
+            plots_dir: None,
+            phalanx: None,
+            only: None,
+            point_timeout: None,
+        })
+        .unwrap();
+        let rows = [
+            KubeRow {
+                name: "trivial binder",
+                outcome: Ok(outcome(200.0, 0.4, None)),
+            },
+            KubeRow {
+                name: "phalanx ×1",
+                outcome: Ok(outcome(150.0, 1.2, Some(90.0))),
+            },
+            KubeRow {
+                name: "phalanx ×3",
+                outcome: Err("replicas not ready\nwithin 60 s".into()),
+            },
+        ];
+        let md = render(&plan, &rows);
+        assert!(md.contains("| phalanx ×1 | 500 | 500 | 3.0 s | 4.0 s | 150 | 75 % | 1.20 s | 2.40 s | 90 / 90 MiB | ok |"), "{md}");
+        assert!(md.contains("| phalanx ×3 | - | - | - | - | - | - | - | - | - | failed: replicas not ready / within 60 s |"), "{md}");
+        // 150 / 200 = 0.75 < 0.8: a planted miss; the rest have no figure.
+        assert!(
+            md.contains("- phalanx ×1 pods/s / the trivial binder's ≥ 0.80: 0.75: **not met**"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- phalanx ×3 pods/s / phalanx ×1's ≥ 2.50: no figure: not measured"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- phalanx ×1 p50 / kube-scheduler's p50 ≤ 1.00: no figure: not measured"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn the_tools_are_built_when_each_has_a_finished_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            missing_tools(dir.path()),
+            ["kube-apiserver", "etcd", "kwok"]
+        );
+        for f in ["etcd-v3.6.16", "kwok-v0.8.0", "kube-apiserver-v1.37.2.tmp"] {
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        assert_eq!(missing_tools(dir.path()), ["kube-apiserver"]);
+        assert_eq!(missing_tools(Path::new("/nonexistent")).len(), 3);
+    }
+}
