@@ -63,6 +63,32 @@ pub struct KubeBench {
 
 struct Replica(Child);
 
+/// The processes this bench started that are running now (replicas, and the suite's
+/// kube-scheduler): an interrupted suite stops them on its way out, since it exits
+/// without running their `Drop`.
+static RUNNING: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+pub fn register_child(pid: u32) {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+}
+
+pub fn unregister_child(pid: u32) {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|p| *p != pid);
+}
+
+/// SIGTERM to every process still registered (without waiting: the caller is exiting).
+pub fn terminate_children() {
+    let pids = std::mem::take(&mut *RUNNING.lock().unwrap_or_else(|e| e.into_inner()));
+    for pid in pids {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+}
+
 /// How long a replica may take to stop on SIGTERM before it is killed: one built with
 /// `--features heap-profile` writes its profile then, which takes a while.
 const STOP_GRACE: Duration = Duration::from_secs(120);
@@ -70,6 +96,7 @@ const STOP_GRACE: Duration = Duration::from_secs(120);
 impl Drop for Replica {
     /// SIGTERM, as Kubernetes stops a pod, so that the replica exits through `main`.
     fn drop(&mut self) {
+        unregister_child(self.0.id());
         let term = Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
@@ -183,6 +210,7 @@ fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
             .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("starting {}", b.phalanx.display()))?;
+        register_child(child.id());
         out.push(Replica(child));
         https.push(http);
     }

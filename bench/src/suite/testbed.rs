@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -69,9 +70,26 @@ fn tail(bytes: &[u8], n: usize) -> String {
 
 /// Whether a testbed this suite started is up: what an interrupt must bring down.
 static OURS_IS_UP: AtomicBool = AtomicBool::new(false);
+/// Held while the testbed is brought down, so that an interrupt and the normal end never
+/// race: the other waits, then finds it down.
+static DOWN: Mutex<()> = Mutex::new(());
 
-/// On SIGINT or SIGTERM, brings down the testbed this suite started (its processes run in
-/// sessions of their own, so a Ctrl-C on the terminal does not reach them) and exits.
+/// Brings down the testbed this suite started, once, whoever asks first.
+fn down_once() -> Result<()> {
+    let _held = DOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if !OURS_IS_UP.swap(false, Ordering::SeqCst) {
+        return Ok(());
+    }
+    let out = testbed(&["down"])?;
+    if !out.status.success() {
+        bail!("testbed down failed:\n{}", tail(&out.stderr, 15));
+    }
+    Ok(())
+}
+
+/// On SIGINT or SIGTERM: stops the replicas and kube-scheduler this bench started, brings
+/// down the testbed (its processes run in sessions of their own, so a Ctrl-C on the
+/// terminal does not reach them), and exits 130 without writing the output file.
 fn down_on_interrupt() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -92,10 +110,13 @@ fn down_on_interrupt() {
                 };
                 tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
             });
-            if OURS_IS_UP.swap(false, Ordering::SeqCst) {
-                eprintln!("suite: interrupted; bringing down the testbed it started");
-                let _ = testbed(&["down"]);
+            eprintln!("suite: interrupted; stopping what it started");
+            crate::kube::terminate_children();
+            if let Err(e) = down_once() {
+                eprintln!("suite: {e:#}");
             }
+            // Again: the main thread may have started one while the testbed went down.
+            crate::kube::terminate_children();
             std::process::exit(130);
         });
     });
@@ -123,14 +144,7 @@ impl Up {
 
     fn down(&mut self) -> Result<()> {
         self.down_done = true;
-        if !OURS_IS_UP.swap(false, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let out = testbed(&["down"])?;
-        if !out.status.success() {
-            bail!("testbed down failed:\n{}", tail(&out.stderr, 15));
-        }
-        Ok(())
+        down_once()
     }
 }
 
@@ -148,6 +162,7 @@ struct KubeScheduler(Child);
 
 impl Drop for KubeScheduler {
     fn drop(&mut self) {
+        crate::kube::unregister_child(self.0.id());
         let pid = self.0.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -189,6 +204,7 @@ fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Res
         .stderr(Stdio::from(log))
         .spawn()
         .with_context(|| format!("starting {bin}"))?;
+    crate::kube::register_child(child.id());
     let mut ks = KubeScheduler(child);
     let url = format!("https://127.0.0.1:{port}/healthz");
     let started = Instant::now();
