@@ -80,20 +80,31 @@ pub struct GridPoint {
     pub nodes: usize,
     pub pods: usize,
     pub replicas: u64,
+    pub shards: u32,
     pub result: PointResult,
+}
+
+/// Nodes a shard's pool holds at least: with strict home pools the workload's largest
+/// gang (64 pods of 8 GPUs) must fit one pool, and 1,000 nodes in 16 pools of 62 could
+/// not hold it (1,049 gangs pending at the end, before group commit and after alike).
+const MIN_NODES_PER_POOL: usize = 250;
+
+/// The shards of a point: `max`, or fewer so that each pool keeps enough nodes
+/// (1,000 nodes: 4; 5,000: 16).
+fn pool_shards(nodes: usize, max: u32) -> u32 {
+    let fit = u32::try_from(nodes / MIN_NODES_PER_POOL).unwrap_or(u32::MAX);
+    max.min(fit).max(1)
 }
 
 /// Every point of a grid, smallest first, each announced and reported on the progress bar.
 fn grid(plan: &Plan, what: &str, s: &SimSizes, progress: &Progress) -> Vec<GridPoint> {
     let mut points = Vec::new();
     for &nodes in &s.nodes {
+        let shards = pool_shards(nodes, s.shards);
         for &pods in &s.pods {
             for &replicas in &s.replicas {
-                progress.start(&format!(
-                    "{what}: {}",
-                    label(nodes, pods, replicas, s.shards)
-                ));
-                let result = point(plan, nodes, pods, replicas, s.shards);
+                progress.start(&format!("{what}: {}", label(nodes, pods, replicas, shards)));
+                let result = point(plan, nodes, pods, replicas, shards);
                 let summary = match result.report() {
                     Some(rep) => format!(
                         "{what}: {}: {:.0} pods/s, {:.1} s, peak {:.0} MiB",
@@ -109,6 +120,7 @@ fn grid(plan: &Plan, what: &str, s: &SimSizes, progress: &Progress) -> Vec<GridP
                     nodes,
                     pods,
                     replicas,
+                    shards,
                     result,
                 });
             }
@@ -145,7 +157,7 @@ pub fn sustained(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     let s = &plan.sustained;
     let points = grid(plan, "sustained", s, progress);
     let mut body = format!(
-        "### Sustained run in the simulator\n\n{}\n\n{} nodes × 8 GPUs, {} pods, S={}, R = {}. {POINT_NOTE}\n\n",
+        "### Sustained run in the simulator\n\n{}\n\n{} nodes × 8 GPUs, {} pods, S={} (fewer where a pool would hold under {MIN_NODES_PER_POOL} nodes), R = {}. {POINT_NOTE}\n\n",
         stamp.line(),
         join(&s.nodes),
         join(&s.pods),
@@ -154,7 +166,7 @@ pub fn sustained(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     );
     body.push_str("| R | S | pods bound | wall | pods/s | ledger proposals | rounds | proposals / (rounds × R) | decision p50 (cross-shard) | peak RSS | violations | gangs pending at end | status |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for p in &points {
-        body.push_str(&sustained_row(p, s.shards));
+        body.push_str(&sustained_row(p, p.shards));
     }
     let of = |replicas: u64| {
         points
@@ -247,7 +259,7 @@ pub fn growth(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     let points = grid(plan, "growth", s, progress);
     let mut problems = problems_of(&points);
     let mut body = format!(
-        "### Cost growth in the simulator\n\n{}\n\nnodes × 8 GPUs ∈ {{{}}}, pods ∈ {{{}}}, R ∈ {{{}}}, S={} at every R (the same cross-shard share of the workload at R=1 and R=3). {POINT_NOTE} A point that fails or times out ({} s) stays in the table with its status.\n\n",
+        "### Cost growth in the simulator\n\n{}\n\nnodes × 8 GPUs ∈ {{{}}}, pods ∈ {{{}}}, R ∈ {{{}}}, S={} at every R, or fewer where a pool would hold under {MIN_NODES_PER_POOL} nodes (the largest gang must fit one pool; S is the table's column). {POINT_NOTE} A point that fails or times out ({} s) stays in the table with its status.\n\n",
         stamp.line(),
         join(&s.nodes),
         join(&s.pods),
@@ -255,7 +267,7 @@ pub fn growth(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
         s.shards,
         plan.point_timeout.as_secs()
     );
-    body.push_str("| nodes | pods | R | pods bound | wall | pods/s | peak RSS | ledger proposals | rounds | status |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    body.push_str("| nodes | pods | R | S | pods bound | wall | pods/s | peak RSS | ledger proposals | rounds | status |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for p in &points {
         body.push_str(&growth_row(p));
     }
@@ -267,10 +279,10 @@ pub fn growth(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
 }
 
 fn growth_row(p: &GridPoint) -> String {
-    let (nodes, pods, replicas) = (p.nodes, p.pods, p.replicas);
+    let (nodes, pods, replicas, shards) = (p.nodes, p.pods, p.replicas, p.shards);
     match p.result.report() {
         Some(rep) => format!(
-            "| {nodes} | {pods} | {replicas} | {} | {:.1} s | {:.0} | {:.0} MiB | {} | {} | ok |\n",
+            "| {nodes} | {pods} | {replicas} | {shards} | {} | {:.1} s | {:.0} | {:.0} MiB | {} | {} | ok |\n",
             rep.row.binds,
             rep.row.wall_s,
             rep.row.pods_per_s(),
@@ -279,7 +291,7 @@ fn growth_row(p: &GridPoint) -> String {
             rep.row.rounds
         ),
         None => format!(
-            "| {nodes} | {pods} | {replicas} | - | - | - | - | - | - | {} |\n",
+            "| {nodes} | {pods} | {replicas} | {shards} | - | - | - | - | - | - | {} |\n",
             p.result.status()
         ),
     }
@@ -413,11 +425,20 @@ mod tests {
         assert!(none[0].ends_with("no figure: not measured") && none[1].ends_with("not measured"));
     }
 
+    #[test]
+    fn a_pool_keeps_enough_nodes_for_the_largest_gang_and_the_goal_size_keeps_16_shards() {
+        assert_eq!(pool_shards(1_000, 16), 4);
+        assert_eq!(pool_shards(5_000, 16), 16);
+        assert_eq!(pool_shards(10_000, 16), 16);
+        assert_eq!(pool_shards(100, 16), 1);
+    }
+
     fn point(replicas: u64, outcome: child::Outcome) -> GridPoint {
         GridPoint {
             nodes: 1000,
             pods: 20_000,
             replicas,
+            shards: 16,
             result: PointResult {
                 label: label(1000, 20_000, replicas, 16),
                 outcome,
@@ -464,11 +485,11 @@ mod tests {
         let rows: Vec<String> = points.iter().map(growth_row).collect();
         assert_eq!(
             rows[0],
-            "| 1000 | 20000 | 1 | 20003 | 10.0 s | 2000 | 100 MiB | 400 | 100 | ok |\n"
+            "| 1000 | 20000 | 1 | 16 | 20003 | 10.0 s | 2000 | 100 MiB | 400 | 100 | ok |\n"
         );
         assert_eq!(
             rows[1],
-            "| 1000 | 20000 | 3 | - | - | - | - | - | - | failed: exit 1: ledger errors |\n"
+            "| 1000 | 20000 | 3 | 16 | - | - | - | - | - | - | failed: exit 1: ledger errors |\n"
         );
         assert!(
             rows[2].ends_with("| timed out after 3600 s |\n"),
