@@ -1,9 +1,11 @@
 //! `phalanx-bench kube`: create→bound throughput and latency on the testbed (a real
 //! kube-apiserver with kwok nodes), for `phalanx serve` (1 or more replicas, started here) or
 //! for a scheduler already running (the upstream kube-scheduler of `testbed up
-//! --kube-scheduler`, which places pods whose schedulerName is `default-scheduler`), or for
-//! the trivial binder (`--scheduler trivial`, [`crate::trivial`]: round-robin binds with
-//! no checks, the ceiling a client at that QPS can reach).
+//! --kube-scheduler`, which places pods whose schedulerName is `default-scheduler`), for
+//! kube-scheduler's native gang scheduling (`--scheduler native-gang`,
+//! [`crate::native_gang`]: the same gangs as Workload/PodGroup objects), or for the trivial
+//! binder (`--scheduler trivial`, [`crate::trivial`]: round-robin binds with no checks, the
+//! ceiling a client at that QPS can reach).
 //!
 //! A pod's latency runs from the moment its create request was sent to the moment the
 //! bench's own watch first shows it with a `nodeName`. Throughput is pods / (last bind −
@@ -28,8 +30,142 @@ use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
+use crate::native_gang;
 use crate::rss::{self, RssSampler};
 use crate::trivial;
+
+/// What `--scheduler` names: who binds the pods, and how their gangs are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// `phalanx serve`, started here; gangs are Volcano PodGroups.
+    Phalanx,
+    /// The bench's own round-robin binder ([`crate::trivial`]); no gangs.
+    Trivial,
+    /// kube-scheduler with the GenericWorkload gate, already running; gangs are
+    /// `scheduling.k8s.io/v1beta1` PodGroups of one Workload ([`crate::native_gang`]).
+    NativeGang,
+    /// A scheduler already running, by the schedulerName it places; no gangs.
+    Running(String),
+}
+
+/// How a gang is written for the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangApi {
+    /// A `scheduling.volcano.sh/v1beta1` PodGroup (`minMember`); each pod names it in the
+    /// `scheduling.k8s.io/group-name` annotation.
+    Volcano,
+    /// A `scheduling.k8s.io/v1beta1` PodGroup (`schedulingPolicy.gang.minCount`); each pod
+    /// names it in `spec.schedulingGroup.podGroupName`. Made from `template` of the
+    /// namespace's Workload ([`native_gang::WORKLOAD`]).
+    Native { template: &'static str },
+}
+
+impl Mode {
+    pub const NATIVE_GANG: &str = "native-gang";
+
+    pub fn parse(scheduler: &str) -> Mode {
+        match scheduler {
+            "phalanx" => Mode::Phalanx,
+            "trivial" => Mode::Trivial,
+            Self::NATIVE_GANG => Mode::NativeGang,
+            other => Mode::Running(other.to_string()),
+        }
+    }
+
+    /// The pods' schedulerName.
+    pub fn scheduler_name(&self) -> &str {
+        match self {
+            Mode::Phalanx => "phalanx",
+            Mode::Trivial => trivial::TRIVIAL_SCHEDULER,
+            Mode::NativeGang => "default-scheduler",
+            Mode::Running(name) => name,
+        }
+    }
+
+    pub fn gangs(&self) -> Option<GangApi> {
+        match self {
+            Mode::Phalanx => Some(GangApi::Volcano),
+            Mode::NativeGang => Some(GangApi::Native {
+                template: native_gang::TEMPLATE,
+            }),
+            Mode::Trivial | Mode::Running(_) => None,
+        }
+    }
+}
+
+/// A bench pod: 1 cpu and 1 Gi (and `gpus` GPUs), requests equal to limits, in gang
+/// `gang` when it has one, written as `api` expects. JSON, not k8s-openapi's `Pod`, which
+/// has no `schedulingGroup` yet.
+pub fn pod_json(
+    name: &str,
+    scheduler_name: &str,
+    gang: Option<(GangApi, &str)>,
+    gpus: i64,
+) -> serde_json::Value {
+    let mut requests = json!({"cpu": "1", "memory": "1Gi"});
+    if gpus > 0 {
+        requests["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"schedulerName": scheduler_name,
+            "containers": [{"name": "main", "image": "bench:fake",
+                "resources": {"requests": requests.clone(), "limits": requests}}]},
+    });
+    match gang {
+        Some((GangApi::Volcano, group)) => {
+            pod["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": group});
+        }
+        Some((GangApi::Native { .. }, group)) => {
+            pod["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+        }
+        None => {}
+    }
+    pod
+}
+
+/// The API of the PodGroups of `api`.
+pub fn pod_group_api(client: &kube::Client, ns: &str, api: GangApi) -> Api<DynamicObject> {
+    let resource = match api {
+        GangApi::Volcano => volcano_resource("PodGroup", "podgroups"),
+        GangApi::Native { .. } => native_gang::pod_group_resource(),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// One gang of `min` pods, in `queue` when given (Volcano only; the native API has none).
+pub fn pod_group_json(
+    api: GangApi,
+    ns: &str,
+    name: &str,
+    min: usize,
+    queue: Option<&str>,
+) -> serde_json::Value {
+    match api {
+        GangApi::Volcano => {
+            let mut spec = json!({"minMember": min});
+            if let Some(q) = queue {
+                spec["queue"] = json!(q);
+            }
+            json!({
+                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": spec,
+            })
+        }
+        GangApi::Native { template } => native_gang::pod_group(ns, name, template, min),
+    }
+}
+
+/// Pods as dynamic objects, so that fields k8s-openapi lacks are sent as written.
+pub fn pods_dynamic(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::erase::<Pod>(&()),
+    )
+}
 
 #[derive(Clone, Debug)]
 pub struct KubeBench {
@@ -61,7 +197,7 @@ pub struct KubeBench {
     pub rss_pid: Option<u32>,
 }
 
-struct Replica(Child);
+pub(crate) struct Replica(Child);
 
 /// The processes this bench started that are running now (replicas, and the suite's
 /// kube-scheduler): an interrupted suite stops them on its way out, since it exits
@@ -166,7 +302,7 @@ fn shard_flags(b: &KubeBench, ns: &str, ids: &[u64], coord: &[u16], id: u64) -> 
     flags
 }
 
-fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
+pub(crate) fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
     let ids: Vec<u64> = (1..=u64::from(b.replicas.max(1))).collect();
     let mut raft = Vec::new();
     let mut coord = Vec::new();
@@ -227,7 +363,7 @@ fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
     Ok(out)
 }
 
-async fn install_crds(client: &kube::Client) -> Result<()> {
+pub(crate) async fn install_crds(client: &kube::Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in [pod_group_crd()?, queue_crd()?] {
         match api.create(&PostParams::default(), &crd).await {
@@ -391,7 +527,11 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     let client = rt
         .block_on(make_client(Some(&b.kubeconfig)))
         .map_err(|e| anyhow!("{e}; is the testbed up? (deploy/testbed/testbed up --nodes 500)"))?;
+    let mode = Mode::parse(&b.scheduler);
     rt.block_on(install_crds(&client))?;
+    if mode == Mode::NativeGang {
+        rt.block_on(native_gang::check_served(&client))?;
+    }
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis();
@@ -412,8 +552,8 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     } else {
         (temp.path().to_path_buf(), Some(temp))
     };
-    let is_phalanx = b.scheduler == "phalanx";
-    let is_trivial = b.scheduler == "trivial";
+    let is_phalanx = mode == Mode::Phalanx;
+    let is_trivial = mode == Mode::Trivial;
     let binder = if is_trivial {
         let nodes = rt.block_on(trivial::node_names(&client))?;
         let counts: Arc<trivial::BinderCounts> = Arc::default();
@@ -479,29 +619,31 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         Vec::new()
     };
     rt.block_on(create_queues(&client, &queues))?;
-    let pg_api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &volcano_resource("PodGroup", "podgroups"),
-    );
-    if is_phalanx {
+    let gang_api = mode.gangs();
+    if let Some(GangApi::Native { template }) = gang_api {
+        let workload: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
+        let obj: DynamicObject =
+            serde_json::from_value(native_gang::workload(&ns, &[(template, b.gang)]))?;
+        rt.block_on(workload.create(&PostParams::default(), &obj))
+            .with_context(|| format!("creating Workload {ns}/{}", native_gang::WORKLOAD))?;
+    }
+    if let Some(api) = gang_api {
+        let pg_api = pod_group_api(&client, &ns, api);
         rt.block_on(async {
             futures::stream::iter(0..gangs)
                 .map(|g| {
-                    let api = pg_api.clone();
-                    let ns = ns.clone();
+                    let pg_api = pg_api.clone();
                     let min = b.gang.min(b.pods - g * b.gang);
-                    let mut spec = json!({"minMember": min});
-                    if !queues.is_empty() {
-                        spec["queue"] = json!(queues[g % queues.len()]);
-                    }
+                    let queue = (!queues.is_empty()).then(|| queues[g % queues.len()].as_str());
+                    let obj = pod_group_json(api, &ns, &format!("g{g}"), min, queue);
                     async move {
-                        let obj: DynamicObject = serde_json::from_value(json!({
-                            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-                            "metadata": {"name": format!("g{g}"), "namespace": ns},
-                            "spec": spec,
-                        }))?;
-                        api.create(&PostParams::default(), &obj).await?;
+                        let obj: DynamicObject = serde_json::from_value(obj)?;
+                        let name = obj.metadata.name.clone().unwrap_or_default();
+                        pg_api
+                            .create(&PostParams::default(), &obj)
+                            .await
+                            .with_context(|| format!("creating PodGroup {name}"))?;
                         anyhow::Ok(())
                     }
                 })
@@ -510,40 +652,28 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
                 .await
         })?;
     }
-    let scheduler_name = match b.scheduler.as_str() {
-        "phalanx" => "phalanx",
-        "trivial" => trivial::TRIVIAL_SCHEDULER,
-        other => other,
-    };
+    let scheduler_name = mode.scheduler_name();
+    let pods_create = pods_dynamic(&client, &ns);
     let first = Instant::now();
     let sent: Vec<(String, Instant)> = rt.block_on(async {
         futures::stream::iter(0..b.pods)
             .map(|i| {
-                let api = pods_api.clone();
+                let api = pods_create.clone();
                 let g = i / b.gang.max(1);
-                let mut annotations = serde_json::Map::new();
-                if is_phalanx {
-                    annotations.insert(
-                        "scheduling.k8s.io/group-name".into(),
-                        json!(format!("g{g}")),
-                    );
-                }
-                let mut requests = json!({"cpu": "1", "memory": "1Gi"});
-                if b.gpus_per_pod > 0 {
-                    requests["nvidia.com/gpu"] = json!(b.gpus_per_pod.to_string());
-                }
-                let pod = json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": format!("g{g}-p{i}"), "annotations": annotations},
-                    "spec": {"schedulerName": scheduler_name,
-                        "containers": [{"name": "main", "image": "bench:fake",
-                            "resources": {"requests": requests.clone(), "limits": requests}}]},
-                });
+                let group = format!("g{g}");
+                let name = format!("g{g}-p{i}");
+                let pod = pod_json(
+                    &name,
+                    scheduler_name,
+                    gang_api.map(|a| (a, group.as_str())),
+                    b.gpus_per_pod,
+                );
                 async move {
-                    let pod: Pod = serde_json::from_value(pod)?;
+                    let pod: DynamicObject = serde_json::from_value(pod)?;
                     let at = Instant::now();
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    api.create(&PostParams::default(), &pod).await?;
+                    api.create(&PostParams::default(), &pod)
+                        .await
+                        .with_context(|| format!("creating pod {name}"))?;
                     anyhow::Ok((name, at))
                 }
             })
@@ -598,6 +728,8 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
             "trivial binder (round-robin, no checks), {} bind workers",
             b.bind_workers
         )
+    } else if mode == Mode::NativeGang {
+        "kube-scheduler, native gang (Workload/PodGroup scheduling.k8s.io/v1beta1)".to_string()
     } else {
         format!("{} (no gang)", b.scheduler)
     };
@@ -605,7 +737,7 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         label,
         nodes: node_count,
         pods: b.pods,
-        gangs: is_phalanx.then_some(gangs),
+        gangs: gang_api.map(|_| gangs),
         kube_qps: b.kube_qps,
         kube_burst: b.kube_burst,
         created_in,
@@ -623,16 +755,27 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
-    // Deleting 20,000 pods at once can lose its connection on a loaded API server.
-    for attempt in 1.. {
-        match rt.block_on(pods_api.delete_collection(&force, &ListParams::default())) {
-            Ok(_) => break,
-            Err(e) if attempt < 3 => eprintln!("deleting the pods of {ns} failed ({e}); again"),
-            Err(e) => return Err(e.into()),
-        }
+    // Deleting 20,000 pods in one request can lose its connection on a loaded API
+    // server (it did at 2,000 nodes, three times in a row): then one request a pod.
+    if let Err(e) = rt.block_on(pods_api.delete_collection(&force, &ListParams::default())) {
+        eprintln!(
+            "deleting the pods of {ns} in one request failed ({e}); deleting them one by one"
+        );
+        rt.block_on(delete_one_by_one(&pods_api, &force, b.create_concurrency))
+            .with_context(|| format!("deleting the pods of {ns}"))?;
+    }
+    if let Some(api) = gang_api {
+        rt.block_on(
+            pod_group_api(&client, &ns, api)
+                .delete_collection(&DeleteParams::default(), &ListParams::default()),
+        )?;
+    }
+    if let Some(GangApi::Native { .. }) = gang_api {
+        let workload: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
+        rt.block_on(workload.delete(native_gang::WORKLOAD, &DeleteParams::default()))?;
     }
     if is_phalanx {
-        rt.block_on(pg_api.delete_collection(&DeleteParams::default(), &ListParams::default()))?;
         let queue_api: Api<DynamicObject> =
             Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
         for name in &queues {
@@ -652,6 +795,34 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         std::thread::sleep(Duration::from_millis(500));
     }
     Ok(outcome)
+}
+
+/// Deletes every pod of `api`'s namespace, `in_flight` requests at once, listing in pages
+/// of 1,000; a pod already gone is not an error.
+async fn delete_one_by_one(api: &Api<Pod>, params: &DeleteParams, in_flight: usize) -> Result<()> {
+    let mut continue_token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(1_000);
+        if let Some(t) = &continue_token {
+            lp = lp.continue_token(t);
+        }
+        let page = api.list_metadata(&lp).await?;
+        futures::stream::iter(page.items.into_iter().filter_map(|p| p.metadata.name))
+            .map(|name| async move {
+                match api.delete(&name, params).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    Err(e) => Err(anyhow::Error::from(e).context(format!("deleting pod {name}"))),
+                }
+            })
+            .buffer_unordered(in_flight.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        continue_token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if continue_token.is_none() {
+            return Ok(());
+        }
+    }
 }
 
 #[cfg(test)]

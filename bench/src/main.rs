@@ -17,8 +17,10 @@
 
 mod codec;
 mod cycle;
+mod gang_check;
 mod heap;
 mod kube;
+mod native_gang;
 mod rss;
 
 use std::path::PathBuf;
@@ -73,15 +75,18 @@ enum Command {
         #[arg(long, default_value = "/tmp/phalanx-testbed/kubeconfig")]
         kubeconfig: PathBuf,
         /// `phalanx` (started here), `trivial` (the bench's own round-robin binder, at
-        /// `--kube-qps/--kube-burst` with `--bind-workers` in flight), or the
-        /// schedulerName of a scheduler already running.
+        /// `--kube-qps/--kube-burst` with `--bind-workers` in flight), `native-gang`
+        /// (kube-scheduler already running with --feature-gates=GenericWorkload=true, on
+        /// `testbed up --native-gang`: the gangs as Workload/PodGroup objects of
+        /// scheduling.k8s.io/v1beta1), or the schedulerName of a scheduler already running.
         #[arg(long, default_value = "phalanx")]
         scheduler: String,
         #[arg(long, default_value_t = 1)]
         replicas: u32,
         #[arg(long, default_value_t = 5000)]
         pods: usize,
-        /// Pods per gang (PodGroup minMember); ignored for other schedulers.
+        /// Pods per gang (PodGroup minMember, or minCount for native-gang); ignored for
+        /// other schedulers.
         #[arg(long, default_value_t = 10)]
         gang: usize,
         /// GPUs per pod (every pod asks 1 cpu and 1 Gi besides).
@@ -119,6 +124,26 @@ enum Command {
         /// as the replicas' are for `--scheduler phalanx`.
         #[arg(long)]
         rss_pid: Option<u32>,
+    },
+    /// On the testbed: is a gang placed all or nothing? A gang of nodes + 1 pods of a
+    /// whole node's GPUs each (never fits whole), then a gang of 10 one-GPU pods; passes
+    /// when the second is bound whole and the first stays wholly pending. Fails for a
+    /// scheduler without gangs (`--scheduler default-scheduler`).
+    GangCheck {
+        #[arg(long, default_value = "/tmp/phalanx-testbed/kubeconfig")]
+        kubeconfig: PathBuf,
+        /// `native-gang`, `phalanx` (one replica, started here), or the schedulerName of
+        /// a scheduler already running.
+        #[arg(long, default_value = "native-gang")]
+        scheduler: String,
+        #[arg(long, default_value = "target/release/phalanx")]
+        phalanx: PathBuf,
+        /// Seconds the gang that fits may take to be bound.
+        #[arg(long, default_value_t = 120)]
+        timeout_s: u64,
+        /// Seconds to keep watching the gang that cannot fit once the other is bound.
+        #[arg(long, default_value_t = 5)]
+        settle_s: u64,
     },
     /// Throughput of the sharded runtime over a grid of replicas × shards (real Raft for
     /// two replicas or more).
@@ -378,6 +403,19 @@ fn main() -> Result<()> {
             shards,
             queues,
             rss_pid,
+        }),
+        Command::GangCheck {
+            kubeconfig,
+            scheduler,
+            phalanx,
+            timeout_s,
+            settle_s,
+        } => gang_check::run(&gang_check::GangCheck {
+            kubeconfig,
+            scheduler,
+            phalanx,
+            timeout: Duration::from_secs(timeout_s),
+            settle: Duration::from_secs(settle_s),
         }),
         Command::Cycle {
             nodes,
