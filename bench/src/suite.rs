@@ -8,7 +8,10 @@
 //! - `growth`: pods/s and peak memory over nodes × pods × R, a table, a CSV and two
 //!   log-log plots;
 //! - `kube`: the testbed (a real API server), when its tools are built: the trivial
-//!   binder, kube-scheduler and phalanx ×1 / ×3 side by side (`kube.rs`).
+//!   binder, kube-scheduler, kube-scheduler with native gang scheduling and phalanx ×1 /
+//!   ×3 side by side (`kube.rs`);
+//! - `memory`: one phalanx replica's resident memory beside kube-scheduler's on testbeds
+//!   of several node and pod counts (`suite/memory.rs`).
 //!
 //! Simulator points run as child processes (`suite/child.rs`) so that each one's peak
 //! memory is its own. `--quick` runs the same parts at small sizes (the CI smoke test) and
@@ -18,6 +21,7 @@ mod child;
 mod goals;
 mod machine;
 mod markers;
+mod memory;
 mod plan;
 mod plot;
 mod progress;
@@ -51,7 +55,8 @@ pub struct SuiteArgs {
     /// beside this binary). Without it the kube part is not run.
     #[arg(long)]
     pub phalanx: Option<PathBuf>,
-    /// The parts to run, comma separated: cycle, sustained, growth, kube (default all).
+    /// The parts to run, comma separated: cycle, sustained, growth, kube, memory (default
+    /// all).
     /// Sections of parts left out are kept as they are.
     #[arg(long)]
     pub only: Option<String>,
@@ -68,10 +73,17 @@ pub enum Part {
     Sustained,
     Growth,
     Kube,
+    Memory,
 }
 
 impl Part {
-    pub const ALL: [Part; 4] = [Part::Cycle, Part::Sustained, Part::Growth, Part::Kube];
+    pub const ALL: [Part; 5] = [
+        Part::Cycle,
+        Part::Sustained,
+        Part::Growth,
+        Part::Kube,
+        Part::Memory,
+    ];
 
     /// Its name in `--only` and in its section's markers.
     pub fn name(self) -> &'static str {
@@ -80,6 +92,7 @@ impl Part {
             Part::Sustained => "sustained",
             Part::Growth => "growth",
             Part::Kube => "kube",
+            Part::Memory => "memory",
         }
     }
 }
@@ -132,6 +145,7 @@ pub fn run(plan: &Plan, argv: &[String]) -> Result<()> {
             Part::Sustained => sim::sustained(plan, &stamp, &progress),
             Part::Growth => sim::growth(plan, &stamp, &progress),
             Part::Kube => testbed::kube(plan, &stamp, &progress),
+            Part::Memory => memory::memory(plan, &stamp, &progress),
         };
         problems.extend(
             section

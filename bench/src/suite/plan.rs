@@ -31,6 +31,63 @@ pub struct KubeSizes {
     pub timeout: Duration,
 }
 
+impl KubeSizes {
+    /// The client budget and workload shape (gangs of 10, 1000/2000 QPS, 64 bind
+    /// workers; phalanx rows with 6 shards and 12 queues) at `nodes` × `pods`: the quick
+    /// and full plans and the memory part differ only in size and timeout.
+    pub fn at(nodes: usize, pods: usize, timeout: Duration) -> KubeSizes {
+        KubeSizes {
+            nodes,
+            pods,
+            gang: 10,
+            kube_qps: 1000.0,
+            kube_burst: 2000,
+            bind_workers: 64,
+            shards: 6,
+            queues: 12,
+            timeout,
+        }
+    }
+}
+
+/// Sizes of the memory part: a testbed per node count, a phalanx ×1 run and a
+/// kube-scheduler run per pod count on it.
+#[derive(Debug, Clone)]
+pub struct MemorySizes {
+    pub nodes: Vec<usize>,
+    pub pods: Vec<usize>,
+    /// Each testbed node's pod and cpu capacity (`PHALANX_NODE_PODS`, `PHALANX_NODE_CPU`):
+    /// 100,000 pods of 1 cpu need 200 a node on 500 nodes, above the script's 110 / 128.
+    pub node_pods: usize,
+    pub node_cpu: usize,
+    /// One run's limit.
+    pub timeout: Duration,
+}
+
+impl MemorySizes {
+    /// The testbed's settings for these sizes.
+    pub fn testbed_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("PHALANX_NODE_PODS", self.node_pods.to_string()),
+            ("PHALANX_NODE_CPU", self.node_cpu.to_string()),
+        ]
+    }
+
+    /// A point whose pods cannot all fit the testbed (pods of 1 cpu), named; `None` when
+    /// every point fits.
+    pub fn misfit(&self) -> Option<String> {
+        let per_node = self.node_pods.min(self.node_cpu);
+        let nodes = self.nodes.iter().min()?;
+        let pods = self.pods.iter().max()?;
+        (nodes * per_node < *pods).then(|| {
+            format!(
+                "{pods} pods do not fit {nodes} nodes of {} pods / {} cpu",
+                self.node_pods, self.node_cpu
+            )
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub quick: bool,
@@ -45,6 +102,7 @@ pub struct Plan {
     pub sustained: SimSizes,
     pub growth: SimSizes,
     pub kube: KubeSizes,
+    pub memory: MemorySizes,
 }
 
 /// `--only`'s parts, in the suite's order whatever the order given.
@@ -53,7 +111,7 @@ pub fn parse_only(only: &str) -> Result<Vec<Part>, String> {
     for word in only.split(',').map(str::trim) {
         let Some(part) = Part::ALL.into_iter().find(|p| p.name() == word) else {
             return Err(format!(
-                "--only {only}: {word:?} is not a part; expected a comma-separated subset of cycle,sustained,growth,kube"
+                "--only {only}: {word:?} is not a part; expected a comma-separated subset of cycle,sustained,growth,kube,memory"
             ));
         };
         parts.push(part);
@@ -130,16 +188,15 @@ impl Plan {
                 replicas: vec![1, 3],
                 shards: 16,
             },
-            kube: KubeSizes {
-                nodes: 500,
-                pods: 5_000,
-                gang: 10,
-                kube_qps: 1000.0,
-                kube_burst: 2000,
-                bind_workers: 64,
-                shards: 6,
-                queues: 12,
-                timeout: Duration::from_secs(600),
+            kube: KubeSizes::at(500, 5_000, Duration::from_secs(600)),
+            // 100,000 pods are bound at ~110 pods/s here (2,000 nodes × 20,000 pods:
+            // 181 s for each scheduler, 2026-12-04): 15 min a run; an hour is the limit.
+            memory: MemorySizes {
+                nodes: vec![500, 2_000, 5_000],
+                pods: vec![20_000, 100_000],
+                node_pods: 256,
+                node_cpu: 256,
+                timeout: Duration::from_secs(3600),
             },
             ..Self::paths()
         }
@@ -169,15 +226,12 @@ impl Plan {
                 replicas: vec![1, 3],
                 shards: 16,
             },
-            kube: KubeSizes {
-                nodes: 50,
-                pods: 500,
-                gang: 10,
-                kube_qps: 1000.0,
-                kube_burst: 2000,
-                bind_workers: 64,
-                shards: 6,
-                queues: 12,
+            kube: KubeSizes::at(50, 500, Duration::from_secs(180)),
+            memory: MemorySizes {
+                nodes: vec![50],
+                pods: vec![500],
+                node_pods: 256,
+                node_cpu: 256,
                 timeout: Duration::from_secs(180),
             },
             ..Self::paths()
@@ -208,15 +262,12 @@ impl Plan {
                 replicas: Vec::new(),
                 shards: 0,
             },
-            kube: KubeSizes {
-                nodes: 0,
-                pods: 0,
-                gang: 0,
-                kube_qps: 0.0,
-                kube_burst: 0,
-                bind_workers: 0,
-                shards: 0,
-                queues: 0,
+            kube: KubeSizes::at(0, 0, Duration::ZERO),
+            memory: MemorySizes {
+                nodes: Vec::new(),
+                pods: Vec::new(),
+                node_pods: 0,
+                node_cpu: 0,
                 timeout: Duration::ZERO,
             },
         }
@@ -231,9 +282,12 @@ impl Plan {
                 Part::Cycle => self.cycle_nodes.len(),
                 Part::Sustained => grid(&self.sustained),
                 Part::Growth => grid(&self.growth),
-                // The testbed's start and four rows (kube-scheduler's, when it is built,
-                // costs one start of 0.7 s on the 2-core host, so --quick keeps it too).
-                Part::Kube => 5,
+                // The testbed's start, five rows and the native gang row's all-or-nothing
+                // check (kube-scheduler, when it is built, costs one start of 0.7 s on the
+                // 2-core host, so --quick keeps its rows too).
+                Part::Kube => 7,
+                // Per node count its testbed's start, then two runs per pod count.
+                Part::Memory => self.memory.nodes.len() * (1 + 2 * self.memory.pods.len()),
             })
             .sum::<usize>() as u64
     }
@@ -329,9 +383,13 @@ mod tests {
     #[test]
     fn only_takes_known_parts_in_the_suites_order_and_names_a_bad_one() {
         assert_eq!(parse_only("kube,cycle").unwrap(), [Part::Cycle, Part::Kube]);
-        let e = parse_only("cycle,memory").unwrap_err();
+        assert_eq!(
+            parse_only("memory,kube").unwrap(),
+            [Part::Kube, Part::Memory]
+        );
+        let e = parse_only("cycle,gpus").unwrap_err();
         assert!(
-            e.contains("--only cycle,memory") && e.contains("\"memory\""),
+            e.contains("--only cycle,gpus") && e.contains("\"gpus\""),
             "{e}"
         );
         let mut a = args(false, None);
@@ -350,6 +408,22 @@ mod tests {
         let p = Plan::from_args(&a).unwrap();
         // 1 cycle + 3 nodes × 2 pods × 2 replica counts.
         assert_eq!(p.steps(), 1 + 12);
+    }
+
+    #[test]
+    fn every_memory_point_fits_its_testbed_and_a_misfit_is_named() {
+        let full = Plan::from_args(&args(false, None)).unwrap();
+        assert_eq!(full.memory.misfit(), None);
+        let mut m = full.memory.clone();
+        m.node_pods = 110;
+        assert_eq!(
+            m.misfit().as_deref(),
+            Some("100000 pods do not fit 500 nodes of 110 pods / 256 cpu")
+        );
+        let mut a = args(true, Some("x.md"));
+        a.only = Some("memory".into());
+        // One testbed, a phalanx and a kube-scheduler run.
+        assert_eq!(Plan::from_args(&a).unwrap().steps(), 3);
     }
 
     #[test]

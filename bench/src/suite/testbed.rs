@@ -1,8 +1,10 @@
 //! The kube part: a real API server (the testbed: kube-apiserver, etcd and kwok on
-//! loopback, docs/testbed.md), with the trivial binder, kube-scheduler and phalanx ×1 / ×3
-//! side by side on it, through `kube::measure` in this process. The suite brings the
-//! testbed up itself and always down again; it never touches one it did not start, and it
-//! never builds the Go tools (`deploy/testbed/testbed build` does).
+//! loopback, docs/testbed.md), with the trivial binder, kube-scheduler, kube-scheduler
+//! with native gang scheduling and phalanx ×1 / ×3 side by side on it, through
+//! `kube::measure` in this process. The suite brings the testbed up itself (with
+//! `--native-gang`: the API server serves Workload/PodGroup, which no other row reads) and
+//! always down again; it never touches one it did not start, and it never builds the Go
+//! tools (`deploy/testbed/testbed build` does).
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
@@ -18,7 +20,9 @@ use super::Section;
 use super::goals::{Cmp, Goal};
 use super::plan::{KubeSizes, Plan, Stamp};
 use super::progress::Progress;
-use crate::kube::{KubeBench, KubeOutcome};
+use crate::gang_check::{self, GangCheck};
+use crate::kube::{KubeBench, KubeOutcome, Mode};
+use crate::native_gang;
 
 /// The testbed script of this checkout.
 fn script() -> PathBuf {
@@ -124,17 +128,23 @@ fn down_on_interrupt() {
 
 /// The testbed this suite brought up: down again when dropped, whatever happened.
 #[derive(Debug)]
-struct Up {
+pub(super) struct Up {
     down_done: bool,
 }
 
 impl Up {
-    fn start(nodes: usize) -> Result<Up> {
+    /// `testbed up --nodes N --native-gang`, with `env` (the script's PHALANX_* settings).
+    pub(super) fn start(nodes: usize, env: &[(&str, String)]) -> Result<Up> {
         down_on_interrupt();
-        let out = testbed(&["up", "--nodes", &nodes.to_string()])?;
+        let out = Command::new(script())
+            .args(["up", "--nodes", &nodes.to_string(), "--native-gang"])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {} up", script().display()))?;
         if !out.status.success() {
             bail!(
-                "testbed up --nodes {nodes} failed:\n{}",
+                "testbed up --nodes {nodes} --native-gang failed:\n{}",
                 tail(&out.stderr, 15)
             );
         }
@@ -142,7 +152,7 @@ impl Up {
         Ok(Up { down_done: false })
     }
 
-    fn down(&mut self) -> Result<()> {
+    pub(super) fn down(&mut self) -> Result<()> {
         self.down_done = true;
         down_once()
     }
@@ -158,7 +168,7 @@ impl Drop for Up {
 
 /// A kube-scheduler this suite started: stopped (SIGTERM, then killed) when dropped.
 #[derive(Debug)]
-struct KubeScheduler(Child);
+pub(super) struct KubeScheduler(pub(super) Child);
 
 impl Drop for KubeScheduler {
     fn drop(&mut self) {
@@ -178,8 +188,15 @@ impl Drop for KubeScheduler {
 }
 
 /// kube-scheduler at the same client budget as the others (docs/benchmarks.md: started by
-/// hand, since `testbed up --kube-scheduler` keeps its default 50/100), ready on /healthz.
-fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Result<KubeScheduler> {
+/// hand, since `testbed up --kube-scheduler` keeps its default 50/100), with
+/// `--feature-gates` when given, ready on /healthz; its log is `log_dir/NAME.log`.
+pub(super) fn start_kube_scheduler(
+    k: &KubeSizes,
+    kubeconfig: &Path,
+    log_dir: &Path,
+    name: &str,
+    feature_gates: Option<&str>,
+) -> Result<KubeScheduler> {
     let path = testbed(&["tool-path", "kube-scheduler"])?;
     if !path.status.success() {
         bail!("not run: kube-scheduler not built (deploy/testbed/testbed build --kube-scheduler)");
@@ -187,8 +204,10 @@ fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Res
     let bin = String::from_utf8_lossy(&path.stdout).trim().to_string();
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let kc = kubeconfig.display().to_string();
-    let log = std::fs::File::create(log_dir.join("kube-scheduler.log"))?;
+    let log_path = log_dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path)?;
     let child = Command::new(&bin)
+        .args(feature_gates.map(|g| format!("--feature-gates={g}")))
         .args([
             format!("--kubeconfig={kc}"),
             format!("--authentication-kubeconfig={kc}"),
@@ -217,12 +236,7 @@ fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Res
             return Ok(ks);
         }
         // The log goes with the suite's temporary directory: its tail goes in the error.
-        let log = || {
-            tail(
-                &std::fs::read(log_dir.join("kube-scheduler.log")).unwrap_or_default(),
-                5,
-            )
-        };
+        let log = || tail(&std::fs::read(&log_path).unwrap_or_default(), 5);
         if let Ok(Some(s)) = ks.0.try_wait() {
             bail!(
                 "kube-scheduler exited ({s}) before it was ready:\n{}",
@@ -237,8 +251,13 @@ fn start_kube_scheduler(k: &KubeSizes, kubeconfig: &Path, log_dir: &Path) -> Res
 }
 
 /// The bench's settings for one row.
-fn bench(plan: &Plan, kubeconfig: &Path, scheduler: &str, replicas: u32) -> KubeBench {
-    let k = &plan.kube;
+pub(super) fn bench(
+    plan: &Plan,
+    k: &KubeSizes,
+    kubeconfig: &Path,
+    scheduler: &str,
+    replicas: u32,
+) -> KubeBench {
     let phalanx = scheduler == "phalanx";
     KubeBench {
         kubeconfig: kubeconfig.to_path_buf(),
@@ -266,6 +285,9 @@ fn bench(plan: &Plan, kubeconfig: &Path, scheduler: &str, replicas: u32) -> Kube
 pub struct KubeRow {
     pub name: &'static str,
     pub outcome: Result<KubeOutcome, String>,
+    /// The all-or-nothing check run before the row (`gang_check`), when one was: its
+    /// line, or why it failed.
+    pub gang_check: Option<Result<String, String>>,
 }
 
 impl KubeRow {
@@ -274,12 +296,11 @@ impl KubeRow {
     }
 }
 
-/// The part: checks that it can run, brings the testbed up, measures the rows, brings it
-/// down, and renders the section.
-pub fn kube(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
-    let mut body = format!("### On a real API server\n\n{}\n\n", stamp.line());
+/// Why a testbed part cannot run on this machine (a Go tool not built, no phalanx
+/// binary): not a problem, the section says so. `None` when it can.
+pub(super) fn cannot_run(plan: &Plan) -> Option<String> {
     let missing = missing_tools(&tools_dir());
-    let not_run = if !missing.is_empty() {
+    if !missing.is_empty() {
         Some(format!(
             "not run: testbed tools not built (deploy/testbed/testbed build; missing from {}: {})",
             tools_dir().display(),
@@ -292,24 +313,68 @@ pub fn kube(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
         ))
     } else {
         None
-    };
-    if let Some(why) = not_run {
-        progress.done(&format!("kube: {why}"));
+    }
+}
+
+/// A testbed already up where the suite would start its own: a problem (the suite never
+/// touches one it did not start), whose text this is.
+pub(super) fn already_up() -> Option<&'static str> {
+    testbed(&["status"])
+        .is_ok_and(|o| o.status.success())
+        .then_some("not run: a testbed is already up (deploy/testbed/testbed status); the suite starts its own and never touches one it did not start: bring it down first (or give the suite another PHALANX_TESTBED_DIR and ports, docs/testbed.md)")
+}
+
+/// Checks that a testbed part can run: `Err` with its section when it cannot (`part`
+/// names it in the progress line).
+pub(super) fn precheck(
+    plan: &Plan,
+    part: &str,
+    mut body: String,
+    progress: &Progress,
+) -> Result<String, Section> {
+    if let Some(why) = cannot_run(plan) {
+        progress.done(&format!("{part}: {why}"));
         body.push_str(&why);
-        return Section {
+        return Err(Section {
             body,
             problems: Vec::new(),
-        };
+        });
     }
-    let mut problems = Vec::new();
-    if testbed(&["status"]).is_ok_and(|o| o.status.success()) {
-        let why = "not run: a testbed is already up (deploy/testbed/testbed status); the suite starts its own and never touches one it did not start: bring it down first";
+    if let Some(why) = already_up() {
+        progress.done(&format!("{part}: {why}"));
         body.push_str(why);
-        problems.push(why.to_string());
-        return Section { body, problems };
+        return Err(Section {
+            body,
+            problems: vec![why.to_string()],
+        });
     }
+    Ok(body)
+}
+
+/// The kubeconfig of the testbed this suite brought up.
+pub(super) fn kubeconfig() -> Result<PathBuf> {
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&testbed(&["kubeconfig-path"])?.stdout).trim(),
+    ))
+}
+
+/// The part: checks that it can run, brings the testbed up, measures the rows, brings it
+/// down, and renders the section.
+pub fn kube(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
+    let body = format!("### On a real API server\n\n{}\n\n", stamp.line());
+    let mut body = match precheck(plan, "kube", body, progress) {
+        Ok(body) => body,
+        Err(section) => return section,
+    };
+    let mut problems = Vec::new();
     match measure_rows(plan, progress) {
-        Ok(rows) => body.push_str(&render(plan, &rows)),
+        Ok(rows) => {
+            problems.extend(rows.iter().filter_map(|r| match &r.gang_check {
+                Some(Err(e)) => Some(format!("{}: gang-check: {e}", r.name)),
+                _ => None,
+            }));
+            body.push_str(&render(plan, &rows));
+        }
         Err(e) => {
             let _ = write!(body, "failed: {e:#}");
             problems.push(format!("{e:#}"));
@@ -322,14 +387,13 @@ pub fn kube(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
 fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
     let k = &plan.kube;
     progress.start(&format!("kube: testbed up --nodes {}", k.nodes));
-    let mut up = Up::start(k.nodes)?;
+    let mut up = Up::start(k.nodes, &[])?;
     progress.done(&format!("kube: testbed up with {} nodes", k.nodes));
-    let kubeconfig =
-        PathBuf::from(String::from_utf8_lossy(&testbed(&["kubeconfig-path"])?.stdout).trim());
+    let kubeconfig = kubeconfig()?;
     let logs = tempfile::Builder::new()
         .prefix("phalanx-suite-")
         .tempdir()?;
-    let row = |name: &'static str, b: KubeBench| {
+    let row = |name: &'static str, b: KubeBench, gang_check: Option<Result<String, String>>| {
         progress.start(&format!("kube: {name}, {} pods", b.pods));
         let outcome = crate::kube::measure(&b).map_err(|e| format!("{e:#}"));
         progress.done(&match &outcome {
@@ -340,32 +404,76 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
             ),
             Err(e) => format!("kube: {name}: failed: {e}"),
         });
-        KubeRow { name, outcome }
+        KubeRow {
+            name,
+            outcome,
+            gang_check,
+        }
     };
     let mut rows = vec![row(
         "trivial binder",
-        bench(plan, &kubeconfig, "trivial", 1),
+        bench(plan, k, &kubeconfig, "trivial", 1),
+        None,
     )];
-    match start_kube_scheduler(k, &kubeconfig, logs.path()) {
-        Ok(ks) => {
-            let mut b = bench(plan, &kubeconfig, "default-scheduler", 1);
-            b.rss_pid = Some(ks.0.id());
-            rows.push(row("kube-scheduler", b));
-            drop(ks);
-        }
-        Err(e) => {
-            progress.done(&format!("kube: kube-scheduler: {e:#}"));
-            rows.push(KubeRow {
-                name: "kube-scheduler",
-                outcome: Err(format!("{e:#}")),
-            });
+    for (name, scheduler, gates) in [
+        ("kube-scheduler", "default-scheduler", None),
+        (
+            NATIVE_GANG_ROW,
+            Mode::NATIVE_GANG,
+            Some(native_gang::FEATURE_GATES),
+        ),
+    ] {
+        match start_kube_scheduler(k, &kubeconfig, logs.path(), name, gates) {
+            Ok(ks) => {
+                // The native gang row first proves that its gangs are all or nothing.
+                let check = gates.map(|_| {
+                    progress.start("kube: gang-check native-gang");
+                    let check = gang_check::measure(&GangCheck {
+                        kubeconfig: kubeconfig.clone(),
+                        scheduler: scheduler.to_string(),
+                        phalanx: plan.phalanx.clone(),
+                        timeout: Duration::from_secs(120),
+                        settle: Duration::from_secs(5),
+                    })
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|o| o.verdict());
+                    progress.done(&match &check {
+                        Ok(line) => format!("kube: gang-check native-gang: {line}"),
+                        Err(e) => format!("kube: gang-check native-gang: FAILED: {e}"),
+                    });
+                    check
+                });
+                let mut b = bench(plan, k, &kubeconfig, scheduler, 1);
+                b.rss_pid = Some(ks.0.id());
+                rows.push(row(name, b, check));
+                drop(ks);
+            }
+            Err(e) => {
+                progress.done(&format!("kube: {name}: {e:#}"));
+                rows.push(KubeRow {
+                    name,
+                    outcome: Err(format!("{e:#}")),
+                    gang_check: None,
+                });
+            }
         }
     }
-    rows.push(row("phalanx ×1", bench(plan, &kubeconfig, "phalanx", 1)));
-    rows.push(row("phalanx ×3", bench(plan, &kubeconfig, "phalanx", 3)));
+    rows.push(row(
+        "phalanx ×1",
+        bench(plan, k, &kubeconfig, "phalanx", 1),
+        None,
+    ));
+    rows.push(row(
+        "phalanx ×3",
+        bench(plan, k, &kubeconfig, "phalanx", 3),
+        None,
+    ));
     up.down()?;
     Ok(rows)
 }
+
+/// The native gang row's name.
+const NATIVE_GANG_ROW: &str = "kube-scheduler, native gang";
 
 /// The table, the ratios and the goals.
 pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
@@ -380,10 +488,11 @@ pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
     for r in rows {
         md.push_str(&kube_row(r, trivial));
     }
-    let (p1, p3, ks) = (
+    let (p1, p3, ks, native) = (
         find("phalanx ×1"),
         find("phalanx ×3"),
         find("kube-scheduler"),
+        find(NATIVE_GANG_ROW),
     );
     let ratio =
         |a: Option<&KubeOutcome>, b: Option<&KubeOutcome>, f: fn(&KubeOutcome) -> Option<f64>| {
@@ -414,6 +523,14 @@ pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
         (
             Goal::new("phalanx ×1 p50 / kube-scheduler's p50", Cmp::AtMost, 1.0),
             ratio(p1, ks, p50),
+        ),
+        (
+            Goal::new(
+                "phalanx ×1 p50 / native gang kube-scheduler's p50",
+                Cmp::AtMost,
+                1.0,
+            ),
+            ratio(p1, native, p50),
         ),
         (
             Goal::new("phalanx ×3 pods/s / phalanx ×1's", Cmp::AtLeast, 2.5),
@@ -455,11 +572,16 @@ fn kube_row(r: &KubeRow, trivial: Option<&KubeOutcome>) -> String {
         || "-".to_string(),
         |r| format!("{:.0} / {:.0} MiB", r.end_mib, r.peak_mib),
     );
-    let status = if o.bound < o.pods {
+    let mut status = if o.bound < o.pods {
         format!("timed out: {} of {} bound", o.bound, o.pods)
     } else {
         "ok".to_string()
     };
+    match &r.gang_check {
+        Some(Ok(line)) => status += &format!("; gang-check: {line}"),
+        Some(Err(e)) => status += &format!("; gang-check FAILED: {}", e.replace('|', "\\|")),
+        None => {}
+    }
     format!(
         "| {} | {} | {} | {:.1} s | {:.1} s | {:.0} | {share} | {:.2} s | {:.2} s | {rss} | {status} |\n",
         r.name,
@@ -515,14 +637,24 @@ mod tests {
             KubeRow {
                 name: "trivial binder",
                 outcome: Ok(outcome(200.0, 0.4, None)),
+                gang_check: None,
+            },
+            KubeRow {
+                name: NATIVE_GANG_ROW,
+                outcome: Ok(outcome(120.0, 1.0, Some(300.0))),
+                gang_check: Some(Err(
+                    "not all or nothing: gang too-big has 40 of its 51 pods bound".into(),
+                )),
             },
             KubeRow {
                 name: "phalanx ×1",
                 outcome: Ok(outcome(150.0, 1.2, Some(90.0))),
+                gang_check: None,
             },
             KubeRow {
                 name: "phalanx ×3",
                 outcome: Err("replicas not ready\nwithin 60 s".into()),
+                gang_check: None,
             },
         ];
         let md = render(&plan, &rows);
@@ -539,6 +671,17 @@ mod tests {
         );
         assert!(
             md.contains("- phalanx ×1 p50 / kube-scheduler's p50 ≤ 1.00: no figure: not measured"),
+            "{md}"
+        );
+        // 1.2 s against the native gang row's 1.0 s: a planted miss.
+        assert!(
+            md.contains(
+                "- phalanx ×1 p50 / native gang kube-scheduler's p50 ≤ 1.00: 1.20: **not met**"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 300 / 300 MiB | ok; gang-check FAILED: not all or nothing: gang too-big has 40 of its 51 pods bound |"),
             "{md}"
         );
     }
