@@ -102,11 +102,13 @@ pub mod name {
         LOOP_WAKEUPS = "phalanx_loop_wakeups_total", Counter,
             "Periods of the replica's loop, by what started them (the period, or an early wakeup)";
         CYCLE_SECONDS = "phalanx_cycle_duration_seconds", Histogram,
-            "Duration of one scheduling cycle in seconds (plan, commit, bind)";
+            "Duration of one scheduling cycle in seconds (plan, commit; serve's binds run after it)";
         PODS_BOUND = "phalanx_pods_bound_total", Counter, "Pods bound";
         BIND_FAILURES = "phalanx_bind_failures_total", Counter, "Binds the API server refused";
         BIND_LATENCY = "phalanx_bind_latency_milliseconds", Histogram,
-            "Time to bind one cycle's accepted gangs, in milliseconds";
+            "Time to bind one gang, from its binds queued to the last one answered, in milliseconds";
+        BINDS_IN_FLIGHT = "phalanx_binds_in_flight", Gauge,
+            "Pods whose bind is queued or running off the cycle, not yet recorded in the ledger";
         LEDGER_PROPOSALS = "phalanx_ledger_proposals_total", Counter,
             "Gang placements proposed to the ledger, by result (accepted, refused, error)";
         LEDGER_REFUSALS = "phalanx_ledger_refusals_total", Counter,

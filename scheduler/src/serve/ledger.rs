@@ -13,8 +13,8 @@ use phalanx_statestore::{
 };
 use tokio::runtime::Handle;
 
-use crate::cluster::kube::KubeCluster;
-use crate::cluster::{Cluster, ClusterSnapshot};
+use super::binds::BindRequest;
+use crate::cluster::ClusterSnapshot;
 use crate::framework::GangPlacement;
 use crate::ledger::sharded::{
     Fence, command_sizes, gang_verdicts, mark_bound_at, place_at, release_at,
@@ -192,9 +192,10 @@ fn fenced_refusals(responses: &[LedgerResponse]) -> Vec<Refusal> {
 /// What one reconciliation did.
 #[derive(Debug, Default)]
 pub struct Reconciled {
-    /// Placements committed but not bound that were bound now (after a failover or a lost
-    /// answer).
-    pub bound: Vec<ObjectKey>,
+    /// Placements committed but not bound whose pods are pending (after a failover or a
+    /// lost answer): for the bind pool, each at its shard's fence. Their ends are recorded
+    /// as the cycle's own binds are (MarkBound, or release if the bind failed).
+    pub to_bind: Vec<BindRequest>,
     pub released: usize,
     /// Pods holding nodes that the ledger did not know (other schedulers', or bound before).
     pub accounted: usize,
@@ -211,24 +212,29 @@ struct ShardWrites {
 }
 
 /// Brings the ledger in line with the cluster for the shards this replica owns (`owned`:
-/// shard -> epoch, as the ledger said this period), then binds what the ledger holds for
-/// their pods that are still pending. Only placements made by an owned shard are touched,
-/// each written at its shard's epoch, so a placement committed by the previous owner of a
-/// shard is bound by whoever owns the shard next:
-/// - a placement whose pod is gone (the API server says 404) or finished, or is bound
-///   elsewhere, is released;
+/// shard -> epoch, as the ledger said this period), and says which placements to bind.
+/// Only placements made by an owned shard are touched, each written at its shard's epoch,
+/// so a placement committed by the previous owner of a shard is bound by whoever owns the
+/// shard next:
+/// - a placement whose pod is gone (`gone`: the API server says 404) or finished, or is
+///   bound elsewhere, is released;
 /// - a placement whose pod is bound there is marked bound;
-/// - a placement whose pod (ours) is pending is bound now; if that fails it is released;
+/// - a placement whose pod (ours) is pending is returned to bind (`to_bind`);
 /// - a pod that holds a node of an owned shard's pool without a placement is entered as a
 ///   bound one-pod gang.
 ///
+/// A pod in `in_flight` (its bind queued or running in the bind pool, or ended and not yet
+/// recorded) is left alone: its bind's end is recorded when it is collected, and binding
+/// it again here would be a second bind of one pod.
+///
 /// Nodes are the leader's to register and remove (`leader.rs`).
-pub fn reconcile(
-    ledger: &mut ServeLedger,
-    cluster: &mut KubeCluster,
+pub fn reconcile<L: LedgerBackend>(
+    ledger: &mut L,
+    gone: &dyn Fn(&ObjectKey) -> bool,
     snapshot: &ClusterSnapshot,
     scheduler_name: &str,
     owned: &BTreeMap<ShardId, Epoch>,
+    in_flight: &HashMap<ObjectKey, (Fence, String)>,
 ) -> Result<Reconciled, LedgerError> {
     let mut out = Reconciled::default();
     let state = ledger.read_state()?;
@@ -238,9 +244,12 @@ pub fn reconcile(
         .iter()
         .map(|p| (p.key.to_string(), p.as_ref()))
         .collect();
+    let flying =
+        |key: &str| !in_flight.is_empty() && in_flight.contains_key(&ObjectKey::parse(key));
     for (key, placement) in &state.placements {
         if !owned.contains_key(&placement.shard)
             || matches!(placement.state, PlacementState::Reserved { .. })
+            || flying(key)
         {
             continue;
         }
@@ -249,7 +258,7 @@ pub fn reconcile(
             // Absent from this replica's cache: gone, or created so recently that the cache
             // has not seen it (a new owner's cache may lag the old owner's). Only the API
             // server's 404 releases the placement; until then it keeps its capacity.
-            if cluster.pod_is_gone(&ObjectKey::parse(key)) {
+            if gone(&ObjectKey::parse(key)) {
                 w.release_finished.push(key.clone());
             }
             continue;
@@ -266,19 +275,15 @@ pub fn reconcile(
             }
             Some(_) => w.release_failed.push(key.clone()),
             None if pod.scheduler_name == scheduler_name => {
-                match cluster.bind(&pod.key, &placement.node) {
-                    Ok(()) => {
-                        w.mark.push(key.clone());
-                        out.bound.push(pod.key.clone());
-                    }
-                    Err(e) => {
-                        out.warnings.push(format!(
-                            "binding committed pod {key} to {}: {e}",
-                            placement.node
-                        ));
-                        w.release_failed.push(key.clone());
-                    }
-                }
+                out.to_bind.push(BindRequest {
+                    fence: Fence {
+                        shard: placement.shard,
+                        epoch: owned[&placement.shard],
+                    },
+                    gang: ObjectKey::parse(&placement.gang),
+                    pod: pod.key.clone(),
+                    node: placement.node.clone(),
+                });
             }
             None => w.release_failed.push(key.clone()),
         }
@@ -287,6 +292,9 @@ pub fn reconcile(
     // another scheduler. They are accounted as bound one-pod gangs by the owner of the
     // node's pool.
     for p in snapshot.pods.iter().filter(|p| p.occupies_node()) {
+        if in_flight.contains_key(&p.key) {
+            continue;
+        }
         let key = p.key.to_string();
         let released = writes.values().any(|w| w.release_failed.contains(&key));
         if state.placements.contains_key(&key) && !released {
@@ -323,8 +331,8 @@ pub fn reconcile(
 
 /// Proposes every owned shard's releases and marks in one proposal (group commit), each at
 /// its shard's epoch; a refusal is an error, as it was for each alone.
-fn record_reconciled(
-    ledger: &mut ServeLedger,
+fn record_reconciled<L: LedgerBackend>(
+    ledger: &mut L,
     writes: &[((ShardId, Epoch), ShardWrites)],
     out: &mut Reconciled,
 ) -> Result<(), LedgerError> {
@@ -357,8 +365,8 @@ fn record_reconciled(
 
 /// Enters one owned shard's pods that hold nodes without a placement as bound one-pod
 /// gangs, at its epoch.
-fn account_shard(
-    ledger: &mut ServeLedger,
+fn account_shard<L: LedgerBackend>(
+    ledger: &mut L,
     (shard, epoch): (ShardId, Epoch),
     account: Vec<LedgerGang>,
     out: &mut Reconciled,

@@ -27,6 +27,7 @@
 //! gone, and accounts pods that other schedulers bound.
 
 pub mod admin;
+pub mod binds;
 pub mod failpoint;
 pub mod http;
 pub mod identity;
@@ -334,6 +335,11 @@ fn raft_members(raft: phalanx_statestore::raft_types::Raft) -> crate::coord::ser
     }))
 }
 
+/// How long a stopping replica waits for the binds it already sent before it records them
+/// and stops its ledger replica: a bind is a round trip or a few retries (under a second),
+/// and Kubernetes' default grace before SIGKILL is 30 s.
+const STOP_BIND_GRACE: Duration = Duration::from_secs(5);
+
 /// Object warnings per period the leader writes as Events at most, so a flood of hostile
 /// objects delays the loop by a bounded number of (rate-limited) writes.
 const OBJECT_WARNINGS_PER_PERIOD: usize = 20;
@@ -462,9 +468,11 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
     tracing::info!("watch caches synced");
     println!("READY id={} ledger={}", opts.id, replica.addr());
 
-    // SIGTERM (Kubernetes stopping the pod) or SIGINT: finish the cycle in progress, then
+    // SIGTERM (Kubernetes stopping the pod) or SIGINT: finish the cycle in progress, start
+    // no bind more, wait a bounded time for the binds already sent and record them, then
     // stop the ledger replica so its peers elect a successor at once rather than after
-    // waiting out its silence; a cycle is never cut between commit and bind.
+    // waiting out its silence. A placement committed and not bound is bound by the shard's
+    // next owner.
     let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let stopping = stopping.clone();
@@ -512,6 +520,11 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         opts.shard_lease_ms,
         progress.clone(),
     );
+    let binds = binds::BindPool::start(
+        runtime.handle().clone(),
+        cluster.binder(),
+        opts.bind_workers,
+    );
     let mut me = ShardedReplica::new(
         opts.clone(),
         map,
@@ -520,6 +533,7 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         health.clone(),
         twophase,
         progress,
+        binds,
     );
     me.set_admin(admin.clone());
     let period = Duration::from_millis(opts.period_ms.max(10));
@@ -566,7 +580,10 @@ pub fn run(opts: ServeOptions) -> Result<(), ServeError> {
         counter!(metric::LOOP_WAKEUPS, "reason" => woke.label()).increment(1);
         std::thread::sleep(wakeup::MIN_GAP.saturating_sub(started.elapsed()));
     }
-    // The last cycle's statuses and Events, still being written in the background.
+    // The binds already sent are waited for (a bounded time) and recorded; those not sent
+    // stay committed for the shards' next owners to bind.
+    me.stop_binds(STOP_BIND_GRACE);
+    // The last cycles' statuses and Events, still being written in the background.
     cluster.finish_reports_logged();
     tracing::info!(id = opts.id, "stopping: shutting the ledger replica down");
     runtime

@@ -2,20 +2,25 @@
 //!
 //! ```text
 //!  (its Lease is renewed apart, by `lease::LeaseKeeper`, while this loop shows progress)
+//!  binds that ended since last period (the bind pool) → MarkBound / Release, one write
 //!  Raft leader? ── yes ─▶ leader duties: Leases → live replicas;
 //!        │                                   ledger nodes/owners → UpsertNode/RemoveNode,
 //!        │                                   assign_shards → AssignShard{…, proposer: term}
 //!        ▼
 //!  read the owners from the ledger → the shards it owns (shard → epoch)
 //!  none ─▶ stand by
-//!  else ─▶ reconcile its shards → plan its shards (scoped cycle) → evict
+//!  else ─▶ reconcile its shards (pods with a bind in flight left alone) → plan its shards
+//!          (scoped cycle; pods with a bind in flight shown bound) → evict
 //!          → route each gang: one owned pool → PlaceGangs at (shard, epoch); else kept back
-//!          → bind the accepted gangs → MarkBound per shard → statuses + Events
+//!          → queue the accepted gangs' binds on the pool (not waited for) → statuses +
+//!          Events queued for the background writer
 //! ```
 //!
 //! Owners are read from the ledger every period and never remembered across periods: a
 //! replica that lost a shard (the ledger names another owner, or refuses a write as
-//! fenced) binds nothing more for it from that moment on.
+//! fenced) binds nothing more for it from that moment on: the bind pool sends a request
+//! only while the shard is owned at the epoch its placement was committed at
+//! (`binds.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -26,6 +31,7 @@ use phalanx_statestore::LedgerState;
 use phalanx_statestore::ledger::{Epoch, LeaderTerm, ReplicaId, ShardId};
 
 use super::admin::AdminShared;
+use super::binds::{BindOutcome, BindPool, BindRequest, Collected};
 use super::http::Health;
 use super::leader::{node_commands, owners, shard_moves};
 use super::lease::ReplicaLeases;
@@ -65,6 +71,22 @@ fn judged(fence: Fence, gang: &GangPlacement, verdict: Verdict) -> Option<Accept
     }
 }
 
+/// The gangs one cycle commits under `--max-pods-per-cycle N` (0: all): whole gangs in plan
+/// order while the pods with a bind in flight and those taken stay within N (the first
+/// gang taken however large), none while the binds in flight are N already. What is
+/// committed ahead of the binds stays about N pods, so a gang planned later (a higher
+/// priority, a new one) waits behind at most that many binds, not behind a whole backlog;
+/// the rest are planned again next cycle.
+fn ahead_of_binds(gangs: &[GangPlacement], max_pods: usize, in_flight: usize) -> &[GangPlacement] {
+    if max_pods == 0 {
+        return gangs;
+    }
+    match max_pods.saturating_sub(in_flight) {
+        0 => &[],
+        room => cycle_slice(gangs, room),
+    }
+}
+
 /// One replica's scheduling side.
 #[derive(Debug)]
 pub struct ShardedReplica {
@@ -94,9 +116,12 @@ pub struct ShardedReplica {
     progress: Arc<LoopProgress>,
     /// Where each period's view goes for the admin service (`--admin-listen`).
     admin: Option<Arc<AdminShared>>,
+    /// The binds of committed placements, running off the cycle.
+    binds: BindPool,
 }
 
 impl ShardedReplica {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         opts: ServeOptions,
         map: ShardMap,
@@ -105,6 +130,7 @@ impl ShardedReplica {
         health: Arc<Health>,
         twophase: Option<TwoPhase>,
         progress: Arc<LoopProgress>,
+        binds: BindPool,
     ) -> Self {
         let members = opts.peers.keys().copied().chain([opts.id]).collect();
         Self {
@@ -122,6 +148,7 @@ impl ShardedReplica {
             twophase,
             progress,
             admin: None,
+            binds,
         }
     }
 
@@ -163,7 +190,11 @@ impl ShardedReplica {
     /// the shards the ledger says this replica owns.
     pub fn period(&mut self, cluster: &mut KubeCluster, leading: Option<u64>) {
         self.progress.mark();
-        let snapshot = cluster.snapshot();
+        // Before the snapshot: a pod whose bind failed shows pending in it only once its
+        // placement is released.
+        let ended = self.binds.collect();
+        self.record_ended(ended);
+        let snapshot = self.snapshot(cluster);
         match leading {
             Some(term) => {
                 if self.watch.is_none() {
@@ -188,6 +219,95 @@ impl ShardedReplica {
         if let Err(e) = self.schedule(cluster, snapshot) {
             counter!(metric::LEDGER_ERRORS).increment(1);
             tracing::warn!(error = %e, "cycle failed");
+        }
+    }
+
+    /// The cluster as the cycle plans on it: the watch caches, pods with a bind in flight
+    /// shown bound to their nodes.
+    fn snapshot(&self, cluster: &KubeCluster) -> ClusterSnapshot {
+        let mut snapshot = cluster.snapshot();
+        self.binds.assume(&mut snapshot);
+        snapshot
+    }
+
+    /// Stopping (SIGTERM): starts no bind more, waits up to `grace` for the binds already
+    /// sent, and records what ended. What is left (queued, or still running) stays
+    /// committed in the ledger: the next owner of its shard binds it (reconcile).
+    pub fn stop_binds(&mut self, grace: std::time::Duration) {
+        let left = self.binds.in_flight().len();
+        let ended = self.binds.drain(grace);
+        let unfinished = left.saturating_sub(ended.finished.len());
+        let not_started = ended
+            .finished
+            .iter()
+            .filter(|f| f.outcome == BindOutcome::NotStarted)
+            .count();
+        if left > 0 {
+            tracing::info!(
+                in_flight = left,
+                not_started,
+                unfinished,
+                "stopping: binds not sent or not answered are left to the shards' next owners"
+            );
+        }
+        self.record_ended(ended);
+    }
+
+    /// Records the binds that ended in one ledger write, each at its fence: the bound
+    /// marked, the failed released; those not started are left to the shard's owner.
+    fn record_ended(&mut self, ended: Collected) {
+        if ended.finished.is_empty() {
+            return;
+        }
+        let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
+        let mut failed: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
+        let mut not_started = 0;
+        for f in ended.finished {
+            let BindRequest {
+                fence, pod, node, ..
+            } = f.request;
+            match f.outcome {
+                BindOutcome::Bound => bound.entry(fence).or_default().push(pod),
+                BindOutcome::Failed(e) => {
+                    counter!(metric::BIND_FAILURES).increment(1);
+                    crate::observe::cycle::record_errors(1);
+                    tracing::warn!(pod = %pod, node = %node, error = %e, "bind failed; releasing its placement");
+                    failed.entry(fence).or_default().push(pod);
+                }
+                BindOutcome::NotStarted => not_started += 1,
+            }
+        }
+        for (_, took) in &ended.gangs_done {
+            histogram!(metric::BIND_LATENCY).record(took.as_secs_f64() * 1000.0);
+        }
+        let count: usize = bound.values().map(Vec::len).sum();
+        counter!(metric::PODS_BOUND).increment(count as u64);
+        gauge!(metric::BINDS_IN_FLIGHT).set(self.binds.in_flight().len() as f64);
+        if not_started > 0 {
+            tracing::info!(
+                pods = not_started,
+                "binds not started: the shard was lost or the replica is stopping; its owner binds them"
+            );
+        }
+        match record_binds(&mut self.ledger, &bound, &failed) {
+            Ok(refused) => {
+                for (shard, r) in refused {
+                    tracing::warn!(shard, refusal = %r, "recording binds was refused; the next reconcile marks or releases them");
+                    self.drop_if_fenced(&LedgerError::Refused(r));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "recording binds failed; the next reconcile marks or releases them");
+                self.drop_if_fenced(&e);
+            }
+        }
+        if count > 0 {
+            tracing::info!(
+                pods = count,
+                gangs = ended.gangs_done.len(),
+                in_flight = self.binds.in_flight().len(),
+                "bound"
+            );
         }
     }
 
@@ -254,10 +374,12 @@ impl ShardedReplica {
         }
         gauge!(metric::OWNED_SHARDS).set(now.len() as f64);
         self.owned = now;
+        self.binds.set_owned(&self.owned);
     }
 
-    /// snapshot → reconcile → cycle → evict → commit per shard → bind → mark bound →
-    /// status/events, for the shards owned now.
+    /// snapshot → reconcile → cycle → evict → commit per shard → queue the binds →
+    /// status/events, for the shards owned now. Returns without waiting for the binds: the
+    /// next period records them.
     fn schedule(
         &mut self,
         cluster: &mut KubeCluster,
@@ -281,27 +403,25 @@ impl ShardedReplica {
         self.pump_2pc(cluster, &snapshot, &state);
         let reconciled = reconcile(
             &mut self.ledger,
-            cluster,
+            &|pod| cluster.pod_is_gone(pod),
             &snapshot,
             &self.opts.scheduler_name,
             &owned,
+            self.binds.in_flight(),
         )
         .inspect_err(|e| self.drop_if_fenced(e))?;
         self.progress.mark();
         for w in &reconciled.warnings {
             tracing::warn!("{w}");
         }
-        if !reconciled.bound.is_empty() {
-            counter!(metric::PODS_BOUND).increment(reconciled.bound.len() as u64);
-            tracing::info!(
-                pods = reconciled.bound.len(),
-                "bound placements committed earlier"
-            );
+        let requeued = self.binds.submit(reconciled.to_bind);
+        if requeued > 0 {
+            tracing::info!(pods = requeued, "binding placements committed earlier");
         }
-        let snapshot = if reconciled.bound.is_empty() {
+        let snapshot = if requeued == 0 {
             snapshot
         } else {
-            cluster.snapshot()
+            self.snapshot(cluster)
         };
         let (plan, session) = if self.opts.shards == 1 {
             run_cycle(&snapshot, &self.opts.conf, &self.opts.scheduler_name)
@@ -331,20 +451,31 @@ impl ShardedReplica {
             }
         }
         let state = self.ledger.read_state()?;
-        let slice = cycle_slice(&plan.gangs, self.opts.max_pods_per_cycle);
+        let slice = ahead_of_binds(
+            &plan.gangs,
+            self.opts.max_pods_per_cycle,
+            self.binds.in_flight().len(),
+        );
         if slice.len() < plan.gangs.len() {
             let deferred = plan.gangs.len() - slice.len();
             counter!(metric::GANGS_DEFERRED).increment(deferred as u64);
             tracing::debug!(
                 deferred,
                 taken = slice.len(),
+                in_flight = self.binds.in_flight().len(),
                 "gangs left for the next cycle (--max-pods-per-cycle)"
             );
         }
         let (accepted, kept_back) = self.commit(slice, &state, &snapshot);
         self.progress.mark();
-        let bound = self.bind(cluster, &accepted);
-        self.progress.mark();
+        let queued = self.binds.submit(accepted.iter().flat_map(|(fence, g)| {
+            g.placements.iter().map(|p| BindRequest {
+                fence: *fence,
+                gang: g.gang.clone(),
+                pod: p.pod.clone(),
+                node: p.node.clone(),
+            })
+        }));
         crate::observe::cycle::record_gang_scheduled(
             &session,
             accepted.iter().map(|(_, g)| &g.gang),
@@ -357,8 +488,9 @@ impl ShardedReplica {
         counter!(metric::CYCLES).increment(1);
         histogram!(metric::CYCLE_SECONDS).record(started.elapsed().as_secs_f64());
         crate::observe::cycle::record_e2e(started.elapsed());
-        if bound > 0 {
-            tracing::info!(pods = bound, gangs = accepted.len(), shards = ?owned.keys().collect::<Vec<_>>(), cycle_ms = started.elapsed().as_millis() as u64, "bound");
+        gauge!(metric::BINDS_IN_FLIGHT).set(self.binds.in_flight().len() as f64);
+        if queued > 0 {
+            tracing::info!(pods = queued, gangs = accepted.len(), shards = ?owned.keys().collect::<Vec<_>>(), cycle_ms = started.elapsed().as_millis() as u64, in_flight = self.binds.in_flight().len(), "committed; binds queued");
         }
         Ok(())
     }
@@ -428,6 +560,7 @@ impl ShardedReplica {
         ) = e.refusal()
             && self.owned.remove(shard).is_some()
         {
+            self.binds.set_owned(&self.owned);
             tracing::warn!(shard, error = %e, "deposed: another replica owns the shard now; binding nothing for it");
             gauge!(metric::OWNED_EPOCH, "shard" => shard.to_string()).set(0.0);
         }
@@ -492,60 +625,10 @@ impl ShardedReplica {
         (accepted, kept_back)
     }
 
-    /// Binds the accepted gangs (the pod annotated with this replica's id), then marks
-    /// them bound, or releases those whose bind failed, each at its shard's fence.
-    fn bind(&mut self, cluster: &mut KubeCluster, accepted: &[(Fence, &GangPlacement)]) -> usize {
-        let binds: Vec<(Fence, ObjectKey, String)> = accepted
-            .iter()
-            .flat_map(|(f, g)| {
-                g.placements
-                    .iter()
-                    .map(|p| (*f, p.pod.clone(), p.node.clone()))
-            })
-            .collect();
-        let requests: Vec<(ObjectKey, String)> = binds
-            .iter()
-            .map(|(_, p, n)| (p.clone(), n.clone()))
-            .collect();
-        let mut bound: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
-        let mut failed: BTreeMap<Fence, Vec<ObjectKey>> = BTreeMap::new();
-        let binding = Instant::now();
-        let outcomes = cluster.bind_all(&requests);
-        if !requests.is_empty() {
-            histogram!(metric::BIND_LATENCY).record(binding.elapsed().as_secs_f64() * 1000.0);
-        }
-        for ((fence, pod, node), outcome) in binds.iter().zip(outcomes) {
-            match outcome {
-                Ok(()) => bound.entry(*fence).or_default().push(pod.clone()),
-                Err(e) => {
-                    counter!(metric::BIND_FAILURES).increment(1);
-                    crate::observe::cycle::record_errors(1);
-                    tracing::warn!(pod = %pod, node = %node, error = %e, "bind failed; releasing its placement");
-                    failed.entry(*fence).or_default().push(pod.clone());
-                }
-            }
-        }
-        let count = bound.values().map(Vec::len).sum();
-        counter!(metric::PODS_BOUND).increment(count as u64);
-        match record_binds(&mut self.ledger, &bound, &failed) {
-            Ok(refused) => {
-                for (shard, r) in refused {
-                    tracing::warn!(shard, refusal = %r, "recording binds was refused; the next reconcile marks or releases them");
-                    self.drop_if_fenced(&LedgerError::Refused(r));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "recording binds failed; the next reconcile marks or releases them");
-                self.drop_if_fenced(&e);
-            }
-        }
-        count
-    }
-
     /// Statuses and Events of the accepted gangs and of the gangs kept back; those of gangs
     /// the ledger did not accept would claim what did not happen, so they wait for the next
-    /// cycle (as in the simulator's driver). They are written in the background: the next
-    /// cycle's binds do not wait for them.
+    /// cycle (as in the simulator's driver). They are queued for the background writer
+    /// (`cluster/kube/reporter.rs`): neither the next cycle nor any bind waits for them.
     fn report(
         &self,
         cluster: &mut KubeCluster,
@@ -580,9 +663,49 @@ impl ShardedReplica {
         if let Some(admin) = &self.admin {
             admin.publish_decisions(&events);
         }
-        // Written while the next cycle binds; what failed shows up a cycle later.
+        // Queued; what failed shows up a cycle later.
         for e in cluster.report_in_background(statuses, events) {
             tracing::warn!(error = %e, "status or event write failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Placement;
+    use crate::model::Resources;
+
+    fn gangs(sizes: &[usize]) -> Vec<GangPlacement> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| GangPlacement {
+                gang: ObjectKey::new("ns", format!("g{i}")),
+                placements: (0..*n)
+                    .map(|p| Placement {
+                        pod: ObjectKey::new("ns", format!("g{i}-{p}")),
+                        node: "n1".into(),
+                        resources: Resources::default(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cycle_commits_ahead_of_the_binds_in_flight_at_most_the_slice() {
+        let plan = gangs(&[10, 10, 10, 10]);
+        // No bound: everything, whatever is in flight.
+        assert_eq!(ahead_of_binds(&plan, 0, 5_000).len(), 4);
+        // Nothing in flight: the slice as before.
+        assert_eq!(ahead_of_binds(&plan, 25, 0).len(), 2);
+        // 10 in flight leave room for 15: one gang of 10.
+        assert_eq!(ahead_of_binds(&plan, 25, 10).len(), 1);
+        // Room for 5: the first gang whole, however large.
+        assert_eq!(ahead_of_binds(&plan, 25, 20).len(), 1);
+        // The slice in flight already: nothing this cycle.
+        assert!(ahead_of_binds(&plan, 25, 25).is_empty());
+        assert!(ahead_of_binds(&plan, 25, 400).is_empty());
     }
 }

@@ -19,8 +19,10 @@
 //!   never blocks the others. It is told once per version of it (`recorder.rs`): a log line
 //!   here, and a Warning Event the caller writes ([`KubeCluster::write_object_warnings`]).
 //! - Statuses and Events go through `reporter.rs` on a token bucket of their own;
-//!   [`KubeCluster::report_in_background`] writes a batch while the caller's next cycle
-//!   binds (one batch in flight, in order), [`KubeCluster::report_all`] waits for it.
+//!   [`KubeCluster::report_in_background`] queues a batch for one background task and
+//!   returns at once (batches written in order, a backlog's statuses coalesced per
+//!   PodGroup), so they never hold up a cycle or a bind; [`KubeCluster::report_all`]
+//!   waits for the queue, then writes.
 //! - PodGroup status: the CRD, like Volcano's, has no status subresource, so the status is
 //!   written with a JSON merge patch of the object itself (no resourceVersion: no conflict).
 //! - Bind is idempotent: a pod already bound to the requested node is Ok; to another node is
@@ -32,6 +34,7 @@
 //!   [`tokio::runtime::Handle`], or one the cluster owns), and must not be made from inside
 //!   that runtime's async context.
 
+mod binder;
 mod convert;
 mod limiter;
 mod recorder;
@@ -39,6 +42,7 @@ mod reporter;
 mod retry;
 mod slim;
 
+pub use binder::KubeBinder;
 pub use convert::{INQUEUE_SINCE_ANNOTATION, creation_ms, pod_group_from_dynamic, status_patch};
 pub use limiter::TokenBucket;
 use recorder::ObjectWarnings;
@@ -189,10 +193,12 @@ pub struct KubeCluster {
     stores: Stores,
     /// Binds, evictions and the re-reads they need.
     limiter: Arc<TokenBucket>,
+    /// Binding requests (on `limiter`), shared with the tasks that bind in the background.
+    binder: Arc<KubeBinder>,
     /// PodGroup status writes and Events (a token bucket of their own).
     reporter: Arc<reporter::Reporter>,
-    /// The batch of statuses and Events written in the background, if one is in flight.
-    reporting: reporter::InFlight,
+    /// Statuses and Events written in the background, in order, by one task.
+    reporting: reporter::ReportQueue,
     options: KubeOptions,
     synced: Arc<AtomicBool>,
     watches: Vec<JoinHandle<()>>,
@@ -414,14 +420,26 @@ impl KubeCluster {
             overlay: overlay.clone(),
             event_seq: std::sync::atomic::AtomicU32::new(0),
         });
+        let limiter = Arc::new(TokenBucket::new(options.qps, options.burst));
+        let binder = Arc::new(KubeBinder {
+            client: client.clone(),
+            limiter: limiter.clone(),
+            retry: options.retry.clone(),
+            bound_by: options.bound_by.clone(),
+            pods: stores.pods.clone(),
+            nodes: stores.nodes.clone(),
+            overlay: overlay.clone(),
+        });
+        let reporting = reporter::ReportQueue::start(&handle, reporter.clone());
         let cluster = Self {
             runtime: None,
             handle,
             client,
             stores,
-            limiter: Arc::new(TokenBucket::new(options.qps, options.burst)),
+            limiter,
+            binder,
             reporter,
-            reporting: None,
+            reporting,
             options,
             synced: Arc::new(AtomicBool::new(false)),
             watches,
@@ -492,76 +510,32 @@ impl KubeCluster {
         )
     }
 
-    /// The answer to a bind that the cache gives without a request: already bound here
-    /// (done), bound elsewhere (`AlreadyBound`), or the node unknown (`NotFound`).
-    fn bind_from_cache(&self, pod: &ObjectKey, node: &str) -> Option<Result<(), ClusterError>> {
-        let cached = self
-            .stores
-            .pods
-            .get(&ObjectRef::new(&pod.name).within(&pod.namespace));
-        let bound_to = cached
-            .as_ref()
-            .and_then(|p| p.node_name())
-            .map(str::to_string);
-        match bound_to {
-            Some(b) if b == node => return Some(Ok(())),
-            Some(b) => {
-                return Some(Err(ClusterError::AlreadyBound {
-                    pod: pod.to_string(),
-                    bound_to: b,
-                    requested: node.to_string(),
-                }));
-            }
-            None => {}
-        }
-        if self.stores.nodes.get(&ObjectRef::new(node)).is_none() {
-            return Some(Err(ClusterError::NotFound {
-                kind: "node",
-                key: node.to_string(),
-            }));
-        }
-        None
-    }
-
-    fn note_bound(&self, pod: &ObjectKey, node: &str) {
-        self.overlay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .bound
-            .insert(pod.clone(), node.to_string());
-    }
-
     /// Binds many pods, [`KubeOptions::bind_workers`] requests in flight at most (each one through
     /// the QPS token bucket); one result per pod, in order.
     pub fn bind_all(&mut self, binds: &[(ObjectKey, String)]) -> Vec<Result<(), ClusterError>> {
-        let mut results: Vec<Option<Result<(), ClusterError>>> = binds
-            .iter()
-            .map(|(pod, node)| self.bind_from_cache(pod, node))
-            .collect();
-        let todo: Vec<usize> = (0..binds.len()).filter(|&i| results[i].is_none()).collect();
-        let this = &*self;
-        let workers = this.options.bind_workers.max(1);
-        let progress = this.options.progress.as_deref();
-        let outcomes: Vec<(usize, Result<(), ClusterError>)> = this.block_on(
-            futures::stream::iter(todo.into_iter().map(|i| {
-                let (pod, node) = &binds[i];
-                async move { (i, this.bind_async(pod, node).await) }
-            }))
+        let binder = &*self.binder;
+        let workers = self.options.bind_workers.max(1);
+        let progress = self.options.progress.as_deref();
+        let mut outcomes: Vec<(usize, Result<(), ClusterError>)> = self.block_on(
+            futures::stream::iter(
+                binds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (pod, node))| async move { (i, binder.bind(pod, node).await) }),
+            )
             .buffer_unordered(workers)
             .inspect(|_| progress.iter().for_each(|p| p.mark()))
             .collect(),
         );
-        for (i, outcome) in outcomes {
-            if outcome.is_ok() {
-                let (pod, node) = &binds[i];
-                self.note_bound(pod, node);
-            }
-            results[i] = Some(outcome);
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Refused("bind not attempted".into()))))
-            .collect()
+        outcomes.sort_by_key(|(i, _)| *i);
+        outcomes.into_iter().map(|(_, outcome)| outcome).collect()
+    }
+
+    /// The Binding requests of this cluster, for binds that run as tasks of their own
+    /// (serve's bind pool): the same bucket, retries and snapshot overlay as
+    /// [`KubeCluster::bind_all`].
+    pub fn binder(&self) -> Arc<KubeBinder> {
+        self.binder.clone()
     }
 
     /// True once every cache has synced (before the first cycle, and from then on).
@@ -751,87 +725,6 @@ impl KubeCluster {
     /// Blocks on the runtime: the trait is synchronous.
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
-    }
-
-    async fn bind_async(&self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
-        let api = self.pods_api(&pod.namespace);
-        let binding = core::Binding {
-            metadata: ObjectMeta {
-                name: Some(pod.name.clone()),
-                namespace: Some(pod.namespace.clone()),
-                annotations: self
-                    .options
-                    .bound_by
-                    .as_ref()
-                    .map(|id| BTreeMap::from([(BOUND_BY_ANNOTATION.to_string(), id.clone())])),
-                ..ObjectMeta::default()
-            },
-            target: core::ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.to_string()),
-                ..core::ObjectReference::default()
-            },
-        };
-        const CONFLICT_REREADS: u32 = 3;
-        let post = PostParams::default();
-        for _ in 0..CONFLICT_REREADS {
-            let posted = with_retry(&self.limiter, &self.options.retry, || {
-                api.create_subresource::<_, serde_json::Value>(
-                    "binding", &pod.name, &post, &binding,
-                )
-            })
-            .await;
-            match posted {
-                Ok(_) => return Ok(()),
-                Err(e) if status_code(&e) == Some(404) => {
-                    return Err(ClusterError::NotFound {
-                        kind: "pod",
-                        key: pod.to_string(),
-                    });
-                }
-                // Already bound (by us before a failover, or by someone else): the pod says where.
-                Err(e) if status_code(&e) == Some(409) => {
-                    let current = with_retry(&self.limiter, &self.options.retry, || {
-                        api.get_opt(&pod.name)
-                    })
-                    .await
-                    .map_err(|e| {
-                        ClusterError::Refused(format!("re-reading pod {pod}: {}", describe(&e)))
-                    })?;
-                    let Some(current) = current else {
-                        return Err(ClusterError::NotFound {
-                            kind: "pod",
-                            key: pod.to_string(),
-                        });
-                    };
-                    match current
-                        .spec
-                        .and_then(|s| s.node_name)
-                        .filter(|n| !n.is_empty())
-                    {
-                        Some(bound) if bound == node => return Ok(()),
-                        Some(bound) => {
-                            return Err(ClusterError::AlreadyBound {
-                                pod: pod.to_string(),
-                                bound_to: bound,
-                                requested: node.to_string(),
-                            });
-                        }
-                        None => continue,
-                    }
-                }
-                Err(e) => {
-                    return Err(ClusterError::Refused(format!(
-                        "binding pod {pod} to node {node}: {}",
-                        describe(&e)
-                    )));
-                }
-            }
-        }
-        Err(ClusterError::Refused(format!(
-            "binding pod {pod} to node {node}: still conflicting after {CONFLICT_REREADS} re-reads"
-        )))
     }
 
     /// Writes up to `max` of the object warnings not yet written (oldest first) as Warning
@@ -1112,12 +1005,7 @@ impl Cluster for KubeCluster {
     }
 
     fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
-        if let Some(answer) = self.bind_from_cache(pod, node) {
-            return answer;
-        }
-        self.block_on(self.bind_async(pod, node))?;
-        self.note_bound(pod, node);
-        Ok(())
+        self.block_on(self.binder.bind(pod, node))
     }
 
     fn update_pod_group_status(

@@ -1,12 +1,15 @@
 //! `Reporter`: PodGroup status writes and Events, on a token bucket of their own, and the
-//! one batch of them that may run in the background while the next cycle binds.
+//! queue that writes them in the background.
 //!
 //! A cycle's statuses and Events used to be written after its binds and before the next
 //! cycle began, so every cycle's binds waited behind the previous cycle's reports (about a
-//! fifth of a cycle at 1000 QPS: two writes per gang against one bind per pod). With
-//! [`KubeCluster::report_in_background`] a batch is handed to the runtime and the next cycle
-//! starts at once; the following batch waits for the one in flight, so a PodGroup's
-//! statuses land in the order they were decided and at most one batch is queued.
+//! fifth of a cycle at 1000 QPS: two writes per gang against one bind per pod). Then one
+//! batch ran in the background, and the next cycle waited for it before handing over its
+//! own. Now [`KubeCluster::report_in_background`] puts a batch on a queue and returns at
+//! once: one task writes the batches in the order they came (a PodGroup's statuses land in
+//! the order they were decided), and when several wait it writes them as one, each
+//! PodGroup's last status only. A bind never waits for a report: reports have their own
+//! bucket and their own task, and the loop that feeds the binds never waits for them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +19,8 @@ use ::kube::core::{ApiResource, DynamicObject};
 use ::kube::runtime::reflector::{ObjectRef, Store};
 use futures::StreamExt;
 use k8s_openapi::api::events::v1 as events;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::recorder::{EventText, Regarding, event_body};
@@ -42,8 +47,96 @@ pub(super) struct Reporter {
     pub(super) event_seq: AtomicU32,
 }
 
-/// The batch of statuses and Events in flight; its failures once it ended.
-pub(super) type InFlight = Option<JoinHandle<Vec<ClusterError>>>;
+/// What the reporting task is asked.
+enum Report {
+    Batch(Vec<(ObjectKey, PodGroupStatus)>, Vec<Event>),
+    /// Answered once every batch queued before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The queue of statuses and Events and the one task that writes them, in order.
+pub(super) struct ReportQueue {
+    queue: mpsc::UnboundedSender<Report>,
+    /// Failures of the batches written since they were last taken.
+    failures: Arc<Mutex<Vec<ClusterError>>>,
+    _task: JoinHandle<()>,
+}
+
+impl ReportQueue {
+    pub(super) fn start(handle: &Handle, reporter: Arc<Reporter>) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let task = handle.spawn(write_queued(reporter, rx, failures.clone()));
+        Self {
+            queue,
+            failures,
+            _task: task,
+        }
+    }
+
+    fn take_failures(&self) -> Vec<ClusterError> {
+        std::mem::take(
+            &mut *self
+                .failures
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Writes the queued batches in order; what waits when one ends is written as one batch,
+/// each PodGroup's last status only (a status is the whole of it: an older one would be
+/// overwritten at once) and every Event.
+async fn write_queued(
+    reporter: Arc<Reporter>,
+    mut rx: mpsc::UnboundedReceiver<Report>,
+    failures: Arc<Mutex<Vec<ClusterError>>>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut statuses: Vec<(ObjectKey, PodGroupStatus)> = Vec::new();
+        let mut events = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(report) = next.take().or_else(|| rx.try_recv().ok()) {
+            match report {
+                Report::Batch(s, e) => {
+                    statuses.extend(s);
+                    events.extend(e);
+                }
+                Report::Flush(done) => flushes.push(done),
+            }
+        }
+        let statuses = last_status_each(statuses);
+        if !statuses.is_empty() || !events.is_empty() {
+            let failed = reporter.clone().write(statuses, events).await;
+            failures
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(failed);
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Each PodGroup's last status, where its first one stood.
+fn last_status_each(
+    statuses: Vec<(ObjectKey, PodGroupStatus)>,
+) -> Vec<(ObjectKey, PodGroupStatus)> {
+    let mut at: std::collections::HashMap<ObjectKey, usize> = std::collections::HashMap::new();
+    let mut out: Vec<(ObjectKey, PodGroupStatus)> = Vec::new();
+    for (key, status) in statuses {
+        match at.get(&key) {
+            Some(&i) => out[i].1 = status,
+            None => {
+                at.insert(key.clone(), out.len());
+                out.push((key, status));
+            }
+        }
+    }
+    out
+}
 
 impl Reporter {
     /// Writes the statuses, then the Events, `workers` requests in flight at most; returns
@@ -164,43 +257,60 @@ impl Reporter {
 }
 
 impl KubeCluster {
-    /// Hands statuses and Events to the runtime and returns without waiting for them, so
-    /// the next cycle binds while they are written. The batch before, if still in flight,
-    /// is waited for first (order per PodGroup; at most one batch queued); its failures
-    /// are returned. [`KubeCluster::finish_reports`] waits for the last one.
+    /// Queues statuses and Events for the background task and returns at once, with the
+    /// failures of the batches written since the last call. Batches are written in the
+    /// order they were queued; [`KubeCluster::finish_reports`] waits for the queue.
     pub fn report_in_background(
         &mut self,
         statuses: Vec<(ObjectKey, PodGroupStatus)>,
         events: Vec<Event>,
     ) -> Vec<ClusterError> {
-        let failures = self.finish_reports();
-        if statuses.is_empty() && events.is_empty() {
-            return failures;
+        if !statuses.is_empty() || !events.is_empty() {
+            // The task ends only with the queue: a send cannot fail while `self` lives.
+            let _ = self.reporting.queue.send(Report::Batch(statuses, events));
         }
-        let write = self.reporter.clone().write(statuses, events);
-        self.reporting = Some(self.handle.spawn(write));
-        failures
+        self.reporting.take_failures()
     }
 
-    /// Waits for the batch in flight and logs its failures: before a single status or
-    /// Event write (so a PodGroup's writes land in the order they were made), and when the
-    /// caller stops.
+    /// Waits for the queue and logs its failures: before a single status or Event write
+    /// (so a PodGroup's writes land in the order they were made), and when the caller
+    /// stops.
     pub fn finish_reports_logged(&mut self) {
         for e in self.finish_reports() {
             tracing::warn!(error = %e, "status or event write failed");
         }
     }
 
-    /// Waits for the batch of statuses and Events in flight, if any; returns its failures.
+    /// Waits until every status and Event queued so far is written; returns the failures
+    /// not taken yet.
     pub fn finish_reports(&mut self) -> Vec<ClusterError> {
-        let Some(batch) = self.reporting.take() else {
-            return Vec::new();
-        };
-        match self.handle.block_on(batch) {
-            Ok(failures) => failures,
-            Err(e) => vec![ClusterError::Refused(format!(
-                "the status and Event writes in the background stopped: {e}"
-            ))],
+        let (done, written) = oneshot::channel();
+        if self.reporting.queue.send(Report::Flush(done)).is_ok() {
+            let _ = self.handle.block_on(written);
         }
+        self.reporting.take_failures()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(running: u32) -> PodGroupStatus {
+        PodGroupStatus {
+            running,
+            ..PodGroupStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_backlog_writes_each_pod_groups_last_status_where_its_first_stood() {
+        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
+        let out = last_status_each(vec![
+            (a.clone(), status(1)),
+            (b.clone(), status(1)),
+            (a.clone(), status(2)),
+        ]);
+        assert_eq!(out, vec![(a, status(2)), (b, status(1))]);
     }
 }

@@ -57,8 +57,27 @@ pub fn is_transient(e: &::kube::Error) -> bool {
 pub async fn with_retry<T, F, Fut>(
     limiter: &TokenBucket,
     policy: &RetryPolicy,
-    mut op: F,
+    op: F,
 ) -> Result<T, ::kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ::kube::Error>>,
+{
+    match with_retry_gated(limiter, policy, &|| true, op).await {
+        Some(answer) => answer,
+        None => unreachable!("an open gate never stops a request"),
+    }
+}
+
+/// [`with_retry`], asking `gate` after each token and before each attempt: `None` when it
+/// said no (no further request sent). A bind for a shard uses it to send nothing once the
+/// shard is lost, however long it waited for a token or a backoff.
+pub async fn with_retry_gated<T, F, Fut>(
+    limiter: &TokenBucket,
+    policy: &RetryPolicy,
+    gate: &(dyn Fn() -> bool + Sync),
+    mut op: F,
+) -> Option<Result<T, ::kube::Error>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ::kube::Error>>,
@@ -67,15 +86,18 @@ where
     let mut attempt = 1;
     loop {
         limiter.acquire().await;
+        if !gate() {
+            return None;
+        }
         match op().await {
-            Ok(v) => return Ok(v),
+            Ok(v) => return Some(Ok(v)),
             Err(e) if is_transient(&e) && attempt < policy.max_attempts.max(1) => {
                 tracing::debug!(attempt, error = %e, "transient API error; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(policy.max_backoff);
                 attempt += 1;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Some(Err(e)),
         }
     }
 }
@@ -128,5 +150,32 @@ mod tests {
         })
         .await;
         assert_eq!(out.ok(), Some(3));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_closed_gate_stops_the_next_attempt_and_sends_nothing_more() {
+        let bucket = TokenBucket::new(0.0, 1);
+        let policy = RetryPolicy::default();
+        let open = std::sync::atomic::AtomicBool::new(true);
+        let gate = || open.load(std::sync::atomic::Ordering::Relaxed);
+        let mut calls = 0;
+        let out: Option<Result<(), _>> = with_retry_gated(&bucket, &policy, &gate, || {
+            calls += 1;
+            // The first attempt fails transiently; the gate closes during its backoff.
+            open.store(false, std::sync::atomic::Ordering::Relaxed);
+            async { Err(api_error(503)) }
+        })
+        .await;
+        assert!(out.is_none());
+        assert_eq!(calls, 1);
+        let mut calls = 0;
+        let closed: Option<Result<(), ::kube::Error>> =
+            with_retry_gated(&bucket, &policy, &|| false, || {
+                calls += 1;
+                async { Ok(()) }
+            })
+            .await;
+        assert!(closed.is_none());
+        assert_eq!(calls, 0, "a gate closed from the start sends nothing");
     }
 }
