@@ -197,8 +197,6 @@ pub struct KubeBench {
     pub rss_pid: Option<u32>,
 }
 
-pub(crate) struct Replica(Child);
-
 /// The processes this bench started that are running now (replicas, and the suite's
 /// kube-scheduler): an interrupted suite stops them on its way out, since it exits
 /// without running their `Drop`.
@@ -229,28 +227,53 @@ pub fn terminate_children() {
 /// `--features heap-profile` writes its profile then, which takes a while.
 const STOP_GRACE: Duration = Duration::from_secs(120);
 
-impl Drop for Replica {
-    /// SIGTERM, as Kubernetes stops a pod, so that the replica exits through `main`.
+/// A scheduler process this bench started (a phalanx replica, the suite's
+/// kube-scheduler): registered while it runs, so that an interrupted suite stops it, and
+/// stopped when dropped with SIGTERM, as Kubernetes stops a pod (so that it exits through
+/// its `main`), then killed after `grace`.
+#[derive(Debug)]
+pub struct Stoppable {
+    child: Child,
+    grace: Duration,
+}
+
+impl Stoppable {
+    pub fn new(child: Child, grace: Duration) -> Stoppable {
+        register_child(child.id());
+        Stoppable { child, grace }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Stoppable {
     fn drop(&mut self) {
-        unregister_child(self.0.id());
+        unregister_child(self.child.id());
         let term = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
+            .args(["-TERM", &self.child.id().to_string()])
             .status();
         if term.is_ok_and(|s| s.success()) {
-            let deadline = Instant::now() + STOP_GRACE;
+            let deadline = Instant::now() + self.grace;
             while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.0.try_wait() {
+                if self.exited().is_some() {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -302,7 +325,7 @@ fn shard_flags(b: &KubeBench, ns: &str, ids: &[u64], coord: &[u16], id: u64) -> 
     flags
 }
 
-pub(crate) fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Replica>> {
+pub(crate) fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<Stoppable>> {
     let ids: Vec<u64> = (1..=u64::from(b.replicas.max(1))).collect();
     let mut raft = Vec::new();
     let mut coord = Vec::new();
@@ -346,8 +369,7 @@ pub(crate) fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<R
             .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("starting {}", b.phalanx.display()))?;
-        register_child(child.id());
-        out.push(Replica(child));
+        out.push(Stoppable::new(child, STOP_GRACE));
         https.push(http);
     }
     let start = Instant::now();
@@ -579,7 +601,7 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     let rss = rss::Background::start(RssSampler::new(
         replicas
             .iter()
-            .map(|r| r.0.id())
+            .map(Stoppable::id)
             .chain(b.rss_pid.filter(|_| !is_phalanx)),
     ));
 

@@ -127,7 +127,7 @@ fn measure_nodes(
             match start_kube_scheduler(&k, &kubeconfig, logs.path(), "kube-scheduler", None) {
                 Ok(ks) => {
                     let mut b = bench(plan, &k, &kubeconfig, "default-scheduler", 1);
-                    b.rss_pid = Some(ks.0.id());
+                    b.rss_pid = Some(ks.id());
                     run("kube-scheduler", b)
                 }
                 Err(e) => {

@@ -7,9 +7,8 @@
 //! tools (`deploy/testbed/testbed build` does).
 
 use std::fmt::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use super::goals::{Cmp, Goal};
 use super::plan::{KubeSizes, Plan, Stamp};
 use super::progress::Progress;
 use crate::gang_check::{self, GangCheck};
-use crate::kube::{KubeBench, KubeOutcome, Mode};
+use crate::kube::{KubeBench, KubeOutcome, Mode, Stoppable};
 use crate::native_gang;
 
 /// The testbed script of this checkout.
@@ -166,27 +165,6 @@ impl Drop for Up {
     }
 }
 
-/// A kube-scheduler this suite started: stopped (SIGTERM, then killed) when dropped.
-#[derive(Debug)]
-pub(super) struct KubeScheduler(pub(super) Child);
-
-impl Drop for KubeScheduler {
-    fn drop(&mut self) {
-        crate::kube::unregister_child(self.0.id());
-        let pid = self.0.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// kube-scheduler at the same client budget as the others (docs/benchmarks.md: started by
 /// hand, since `testbed up --kube-scheduler` keeps its default 50/100), with
 /// `--feature-gates` when given, ready on /healthz; its log is `log_dir/NAME.log`.
@@ -196,13 +174,13 @@ pub(super) fn start_kube_scheduler(
     log_dir: &Path,
     name: &str,
     feature_gates: Option<&str>,
-) -> Result<KubeScheduler> {
+) -> Result<Stoppable> {
     let path = testbed(&["tool-path", "kube-scheduler"])?;
     if !path.status.success() {
         bail!("not run: kube-scheduler not built (deploy/testbed/testbed build --kube-scheduler)");
     }
     let bin = String::from_utf8_lossy(&path.stdout).trim().to_string();
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = crate::kube::free_port()?;
     let kc = kubeconfig.display().to_string();
     let log_path = log_dir.join(format!("{name}.log"));
     let log = std::fs::File::create(&log_path)?;
@@ -223,8 +201,8 @@ pub(super) fn start_kube_scheduler(
         .stderr(Stdio::from(log))
         .spawn()
         .with_context(|| format!("starting {bin}"))?;
-    crate::kube::register_child(child.id());
-    let mut ks = KubeScheduler(child);
+    // Stopped with SIGTERM when dropped, killed 10 s later.
+    let mut ks = Stoppable::new(child, Duration::from_secs(10));
     let url = format!("https://127.0.0.1:{port}/healthz");
     let started = Instant::now();
     loop {
@@ -237,7 +215,7 @@ pub(super) fn start_kube_scheduler(
         }
         // The log goes with the suite's temporary directory: its tail goes in the error.
         let log = || tail(&std::fs::read(&log_path).unwrap_or_default(), 5);
-        if let Ok(Some(s)) = ks.0.try_wait() {
+        if let Some(s) = ks.exited() {
             bail!(
                 "kube-scheduler exited ({s}) before it was ready:\n{}",
                 log()
@@ -444,7 +422,7 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
                     check
                 });
                 let mut b = bench(plan, k, &kubeconfig, scheduler, 1);
-                b.rss_pid = Some(ks.0.id());
+                b.rss_pid = Some(ks.id());
                 rows.push(row(name, b, check));
                 drop(ks);
             }
