@@ -249,10 +249,18 @@ fn check_every_replica_binds(
 ) -> Result<(String, Owners), String> {
     let owners = poll(DEADLINE, "every shard owned by exactly one replica", || {
         let a = assignment(replicas)?;
-        // Every replica owns a shard (the leader rebalances as Leases appear).
+        // Every replica owns a shard and the shards are balanced (the leader rebalances as
+        // Leases appear, one move at a time: a replica that joined late owns one shard
+        // after the first move and more after the next, and a check that read the owners
+        // between two moves expected a gang of a shard that moved next to be bound by its
+        // previous owner).
         Ok(a.filter(|a| {
-            let holders: BTreeSet<u64> = a.values().map(|(o, _)| *o).collect();
-            holders.len() == replicas.len()
+            let mut held: BTreeMap<u64, usize> = BTreeMap::new();
+            for (o, _) in a.values() {
+                *held.entry(*o).or_default() += 1;
+            }
+            let (least, most) = (held.values().min(), held.values().max());
+            held.len() == replicas.len() && most.zip(least).is_some_and(|(m, l)| m - l <= 1)
         }))
     })?;
     let with_nodes: BTreeSet<u32> = pools.values().copied().collect();
