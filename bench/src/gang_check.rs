@@ -241,21 +241,35 @@ pub fn measure(c: &GangCheck) -> Result<GangCheckOutcome> {
         }
     });
     drop(replicas);
-    // Clean up whatever the outcome: the namespace takes its pods, PodGroups and Workload.
+    // Clean up whatever the outcome: the pods, the PodGroups, the Workload, then the
+    // namespace (the testbed runs no namespace controller, so each goes by name). Native
+    // PodGroups keep a deletionTimestamp afterwards (seen on the testbed: a finalizer that
+    // no controller there removes); they hold no pods.
     let force = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let cleanup = rt
-        .block_on(pods.delete_collection(&force, &ListParams::default()))
-        .map(|_| ())
-        .and_then(|()| {
-            rt.block_on(namespaces.delete(&ns, &DeleteParams::default()))
-                .map(|_| ())
-        });
+    let cleanup = rt.block_on(async {
+        pods.delete_collection(&force, &ListParams::default())
+            .await?;
+        if let Some(api) = mode.gangs() {
+            pod_group_api(&client, &ns, api)
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await?;
+        }
+        if let Some(GangApi::Native { .. }) = mode.gangs() {
+            let workload: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
+            workload
+                .delete(native_gang::WORKLOAD, &DeleteParams::default())
+                .await?;
+        }
+        namespaces.delete(&ns, &DeleteParams::default()).await?;
+        anyhow::Ok(())
+    });
     let outcome = outcome?;
-    cleanup.with_context(|| format!("deleting namespace {ns}"))?;
+    cleanup.with_context(|| format!("cleaning up namespace {ns}"))?;
     Ok(outcome)
 }
 
