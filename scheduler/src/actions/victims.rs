@@ -94,6 +94,7 @@ pub fn run(session: &mut Session, mode: Mode) {
     // Candidate victims depend on the preemptor only through its queue (and its priority,
     // for preempt); whether each is still evictable is checked again when it is used.
     let mut units_cache: HashMap<(QueueId, i32), Vec<Unit>> = HashMap::new();
+    let mut reach = Reach::default();
     // Shapes (queue, priority, first pod's placement key, missing members) that found no
     // room: victims only become fewer within the action, so the same shape fails again.
     let mut failed: BTreeSet<(QueueId, i32, u64, u32)> = BTreeSet::new();
@@ -123,11 +124,31 @@ pub fn run(session: &mut Session, mode: Mode) {
             );
         } else {
             attempts += 1;
-            if !make_room(session, job, mode, &deserved, &mut units_cache) {
+            if !make_room(session, job, mode, &deserved, &mut units_cache, &mut reach) {
                 failed.insert(shape);
             }
         }
         turns.end_turn(session, queue, None);
+    }
+}
+
+/// What [`enough_in_reach`] sums over the whole cluster, kept from one gang's attempt to the
+/// next while the session does not change: a failed attempt discards its statement, so only
+/// a committed one (which [`make_room`] reports here) changes future-idle room or who holds
+/// what. Summing every node for each of up to [`MAX_ATTEMPTS_PER_CYCLE`] gangs was a fifth
+/// of a sustained run's planning CPU at 5,000 nodes (`docs/benchmarks.md`).
+#[derive(Default)]
+struct Reach {
+    /// Every node's positive future-idle room, summed per resource.
+    idle: Option<Resources>,
+    /// Per victim list (the key of `units_cache`): what its victims hold, each counted once.
+    held: HashMap<(QueueId, i32), Resources>,
+}
+
+impl Reach {
+    fn session_changed(&mut self) {
+        self.idle = None;
+        self.held.clear();
     }
 }
 
@@ -186,6 +207,7 @@ fn make_room(
     mode: Mode,
     deserved: &[Resources],
     units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
+    reach: &mut Reach,
 ) -> bool {
     let tasks: Vec<TaskId> = session.pending_tasks_in_order(job);
     if tasks.is_empty() {
@@ -258,6 +280,7 @@ fn make_room(
         }
         record(session, job, &statement, mode);
         statement.commit(session);
+        reach.session_changed();
         return true;
     }
     let units = units_cache
@@ -268,7 +291,7 @@ fn make_room(
         statement.discard(session);
         return false;
     }
-    if !enough_in_reach(session, job, &tasks, &units) {
+    if !enough_in_reach(session, job, &tasks, &units, key, reach) {
         statement.discard(session);
         note(
             session,
@@ -337,6 +360,7 @@ fn make_room(
     }
     record(session, job, &statement, mode);
     statement.commit(session);
+    reach.session_changed();
     true
 }
 
@@ -437,31 +461,40 @@ fn missing_members(session: &Session, job: JobId) -> u32 {
 
 /// A quick refusal: the missing members need more than all future-idle resources plus
 /// everything the candidate victims hold.
-fn enough_in_reach(session: &Session, job: JobId, tasks: &[TaskId], units: &[Unit]) -> bool {
+fn enough_in_reach(
+    session: &Session,
+    job: JobId,
+    tasks: &[TaskId],
+    units: &[Unit],
+    key: (QueueId, i32),
+    reach: &mut Reach,
+) -> bool {
     let state = &session.state;
     let missing = missing_members(session, job) as usize;
     let mut need = Resources::new();
     for &t in tasks.iter().take(missing) {
         need.add(state.tasks[t].resreq());
     }
-    let mut reach = Resources::new();
-    for n in &state.nodes {
-        let free = n.future_idle().restricted_to(&need);
-        reach.add(&Resources::from_pairs(
-            free.iter()
-                .filter(|(_, v)| *v > 0)
-                .map(|(name, v)| (name.as_str(), v)),
-        ));
-    }
-    let mut counted = BTreeSet::new();
-    for &unit in units {
-        for v in unit_victims(session, unit) {
-            if counted.insert(v) {
-                reach.add(state.tasks[v].resreq());
+    let idle = reach.idle.get_or_insert_with(|| {
+        let mut sum = Resources::new();
+        for n in &state.nodes {
+            sum.add(&n.future_idle().positive_part());
+        }
+        sum
+    });
+    let held = reach.held.entry(key).or_insert_with(|| {
+        let mut sum = Resources::new();
+        let mut counted = BTreeSet::new();
+        for &unit in units {
+            for v in unit_victims(session, unit) {
+                if counted.insert(v) {
+                    sum.add(state.tasks[v].resreq());
+                }
             }
         }
-    }
-    need.fits_in_dimensions(&reach, &need)
+        sum
+    });
+    need.fits_in_dimensions(&idle.plus(held), &need)
 }
 
 /// How much harm evicting a unit does, smallest first: victim job priority, then its queue's

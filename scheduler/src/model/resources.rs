@@ -76,9 +76,15 @@ impl PartialOrd for ResourceName {
 impl Ord for ResourceName {
     fn cmp(&self, other: &Self) -> Ordering {
         if Arc::ptr_eq(&self.0, &other.0) {
-            Ordering::Equal
-        } else {
-            self.0.cmp(&other.0)
+            return Ordering::Equal;
+        }
+        // The common names (`cpu`, `memory`, `nvidia.com/gpu`, `pods`) differ in their first
+        // byte: deciding there skips a `memcmp` call in the merges below (9 % of a sustained
+        // run's CPU before, `docs/benchmarks.md`).
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        match (a.first(), b.first()) {
+            (Some(x), Some(y)) if x != y => x.cmp(y),
+            _ => a.cmp(b),
         }
     }
 }
@@ -201,6 +207,12 @@ impl Resources {
     /// `self -= other`, entry by entry; results may go below zero (an over-committed node).
     pub fn sub(&mut self, other: &Resources) {
         self.merge_with(other, i64::saturating_sub);
+    }
+
+    /// The positive entries only (an over-committed node's negative idle room counts as none).
+    pub fn positive_part(mut self) -> Resources {
+        self.entries.retain(|(_, v)| *v > 0);
+        self
     }
 
     /// `self -= other`, never below zero in any entry.
@@ -333,7 +345,7 @@ impl Resources {
     }
 
     fn merge_with(&mut self, other: &Resources, op: impl Fn(i64, i64) -> i64) {
-        if other.entries.is_empty() {
+        if other.entries.is_empty() || self.merge_in_place(other, &op) {
             return;
         }
         let mut merged = Vec::with_capacity(self.entries.len().max(other.entries.len()));
@@ -361,6 +373,41 @@ impl Resources {
             }
         }
         self.entries = merged;
+    }
+
+    /// [`Self::merge_with`] without a new vector, when every name of `other` is listed here
+    /// already: a pod's request added to a node's or a queue's usage, the common case. The
+    /// allocating merge was the largest single cost of a sustained run (12 % of its CPU in
+    /// `Resources::add`, and most of its `malloc`/`free`). False, changing nothing, otherwise.
+    fn merge_in_place(&mut self, other: &Resources, op: &impl Fn(i64, i64) -> i64) -> bool {
+        // Both lists are sorted: one walk finds each of `other`'s names here, a second
+        // (only when all are) applies `op`, so nothing is allocated and nothing half-applied.
+        let position_of = |entries: &[(ResourceName, i64)], from: usize, name: &ResourceName| {
+            let mut i = from;
+            while i < entries.len() && entries[i].0 < *name {
+                i += 1;
+            }
+            (i < entries.len() && entries[i].0 == *name).then_some(i)
+        };
+        let mut i = 0;
+        for (name, _) in &other.entries {
+            match position_of(&self.entries, i, name) {
+                Some(found) => i = found + 1,
+                None => return false,
+            }
+        }
+        let mut i = 0;
+        for (name, v) in &other.entries {
+            let found = position_of(&self.entries, i, name).expect("checked above");
+            let entry = &mut self.entries[found].1;
+            *entry = op(*entry, *v);
+            i = found + 1;
+        }
+        // As the allocating merge: no zero entry survives (a limit's listed zero neither).
+        if self.entries.iter().any(|(_, v)| *v == 0) {
+            self.entries.retain(|(_, v)| *v != 0);
+        }
+        true
     }
 }
 
@@ -416,6 +463,51 @@ mod tests {
 
     fn r(pairs: &[(&str, i64)]) -> Resources {
         Resources::from_pairs(pairs.iter().copied())
+    }
+
+    /// The merge the in-place one stands in for: entry by entry through a map.
+    fn merged_by_map(a: &Resources, b: &Resources, op: fn(i64, i64) -> i64) -> Resources {
+        let mut all: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+        for (n, v) in a.iter() {
+            all.entry(n.as_str()).or_default().0 = v;
+        }
+        for (n, v) in b.iter() {
+            all.entry(n.as_str()).or_default().1 = v;
+        }
+        let mut out = Resources::new();
+        for (n, (x, y)) in all {
+            let v = if b.get_listed(n).is_some() {
+                op(x, y)
+            } else {
+                x
+            };
+            out.set(&ResourceName::new(n), v);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn merging_in_place_or_into_a_new_vector_gives_the_same_vector(
+            a in proptest::collection::vec((0usize..5, -3i64..4), 0..6),
+            b in proptest::collection::vec((0usize..5, -3i64..4), 0..6),
+        ) {
+            const NAMES: [&str; 5] = [CPU, "ephemeral-storage", MEMORY, GPU, PODS];
+            let build = |pairs: &[(usize, i64)]| {
+                let mut out = Resources::new();
+                for &(n, v) in pairs {
+                    out.set(&ResourceName::new(NAMES[n]), v);
+                }
+                out
+            };
+            let (a, b) = (build(&a), build(&b));
+            let ops: [fn(i64, i64) -> i64; 2] = [i64::saturating_add, i64::saturating_sub];
+            for op in ops {
+                let mut got = a.clone();
+                got.merge_with(&b, op);
+                proptest::prop_assert_eq!(got, merged_by_map(&a, &b, op));
+            }
+        }
     }
 
     #[test]
