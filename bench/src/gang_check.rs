@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use phalanx_scheduler::cluster::kube::make_client;
-use serde_json::json;
 
 use crate::kube::{GangApi, KubeBench, Mode, pod_group_api, pod_group_json, pod_json};
 use crate::native_gang;
@@ -181,15 +180,8 @@ pub fn measure(c: &GangCheck) -> Result<GangCheckOutcome> {
         rt.block_on(native_gang::check_served(&client))?;
     }
     let (nodes, gpus) = rt.block_on(node_shape(&client))?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis();
-    let ns = format!("gang-check-{stamp}");
+    let ns = rt.block_on(crate::kube::create_run_namespace(&client, "gang-check"))?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    rt.block_on(namespaces.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-    ))?;
     let temp = tempfile::Builder::new()
         .prefix("phalanx-gang-check-")
         .tempdir()?;
@@ -311,6 +303,7 @@ pub fn run(c: &GangCheck) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn seen(too_big_bound: usize, fits_bound: usize) -> GangCheckOutcome {
         GangCheckOutcome {

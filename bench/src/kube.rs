@@ -385,6 +385,24 @@ pub(crate) fn start_phalanx(b: &KubeBench, dir: &Path, ns: &str) -> Result<Vec<S
     Ok(out)
 }
 
+/// Creates a namespace of its own for one run, `PREFIX-<ms since the epoch>`, and returns its
+/// name: runs on the same testbed never see each other's objects.
+pub(crate) async fn create_run_namespace(client: &kube::Client, prefix: &str) -> Result<String> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let ns = format!("{prefix}-{stamp}");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    Ok(ns)
+}
+
 pub(crate) async fn install_crds(client: &kube::Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in [pod_group_crd()?, queue_crd()?] {
@@ -554,15 +572,7 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     if mode == Mode::NativeGang {
         rt.block_on(native_gang::check_served(&client))?;
     }
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis();
-    let ns = format!("bench-{stamp}");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    rt.block_on(namespaces.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-    ))?;
+    let ns = rt.block_on(create_run_namespace(&client, "bench"))?;
     let temp = tempfile::Builder::new()
         .prefix("phalanx-bench-")
         .tempdir()?;
