@@ -246,15 +246,7 @@ mod tests {
 
     #[test]
     fn the_table_judges_each_size_and_the_largest_against_a_gib() {
-        let plan = Plan::from_args(&crate::suite::SuiteArgs {
-            quick: true,
-            out: Some("x.md".into()),
-            plots_dir: None,
-            phalanx: None,
-            only: None,
-            point_timeout: None,
-        })
-        .unwrap();
+        let plan = Plan::from_args(&crate::suite::plan::test_args(true, Some("x.md"))).unwrap();
         let points = [
             MemoryPoint {
                 nodes: 500,

@@ -352,29 +352,31 @@ pub fn header(
     )
 }
 
+/// Suite arguments for tests: `--quick` or not, and `--out`.
+#[cfg(test)]
+pub(crate) fn test_args(quick: bool, out: Option<&str>) -> SuiteArgs {
+    SuiteArgs {
+        quick,
+        out: out.map(PathBuf::from),
+        plots_dir: None,
+        phalanx: None,
+        only: None,
+        point_timeout: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(quick: bool, out: Option<&str>) -> SuiteArgs {
-        SuiteArgs {
-            quick,
-            out: out.map(PathBuf::from),
-            plots_dir: None,
-            phalanx: None,
-            only: None,
-            point_timeout: None,
-        }
-    }
-
     #[test]
     fn quick_without_out_is_refused_naming_the_flag() {
-        let e = Plan::from_args(&args(true, None)).unwrap_err();
+        let e = Plan::from_args(&test_args(true, None)).unwrap_err();
         assert!(e.contains("--quick needs --out"), "{e}");
-        let p = Plan::from_args(&args(true, Some("/tmp/x/suite.md"))).unwrap();
+        let p = Plan::from_args(&test_args(true, Some("/tmp/x/suite.md"))).unwrap();
         assert!(p.quick);
         assert_eq!(p.plots_dir, PathBuf::from("/tmp/x/bench"));
-        let full = Plan::from_args(&args(false, None)).unwrap();
+        let full = Plan::from_args(&test_args(false, None)).unwrap();
         assert_eq!(full.out, PathBuf::from("docs/benchmarks.md"));
         assert_eq!(full.plots_dir, PathBuf::from("docs/bench"));
         assert_eq!(full.growth.nodes, [1_000, 5_000, 10_000]);
@@ -392,7 +394,7 @@ mod tests {
             e.contains("--only cycle,gpus") && e.contains("\"gpus\""),
             "{e}"
         );
-        let mut a = args(false, None);
+        let mut a = test_args(false, None);
         a.point_timeout = Some(0);
         assert!(
             Plan::from_args(&a)
@@ -403,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_step_per_measurement() {
-        let mut a = args(true, Some("x.md"));
+        let mut a = test_args(true, Some("x.md"));
         a.only = Some("cycle,growth".into());
         let p = Plan::from_args(&a).unwrap();
         // 1 cycle + 3 nodes × 2 pods × 2 replica counts.
@@ -412,7 +414,7 @@ mod tests {
 
     #[test]
     fn every_memory_point_fits_its_testbed_and_a_misfit_is_named() {
-        let full = Plan::from_args(&args(false, None)).unwrap();
+        let full = Plan::from_args(&test_args(false, None)).unwrap();
         assert_eq!(full.memory.misfit(), None);
         let mut m = full.memory.clone();
         m.node_pods = 110;
@@ -420,7 +422,7 @@ mod tests {
             m.misfit().as_deref(),
             Some("100000 pods do not fit 500 nodes of 110 pods / 256 cpu")
         );
-        let mut a = args(true, Some("x.md"));
+        let mut a = test_args(true, Some("x.md"));
         a.only = Some("memory".into());
         // One testbed, a phalanx and a kube-scheduler run.
         assert_eq!(Plan::from_args(&a).unwrap().steps(), 3);

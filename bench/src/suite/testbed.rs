@@ -602,15 +602,7 @@ mod tests {
 
     #[test]
     fn the_table_keeps_a_failed_row_and_judges_the_goals_from_the_rows() {
-        let plan = Plan::from_args(&crate::suite::SuiteArgs {
-            quick: true,
-            out: Some("x.md".into()),
-            plots_dir: None,
-            phalanx: None,
-            only: None,
-            point_timeout: None,
-        })
-        .unwrap();
+        let plan = Plan::from_args(&crate::suite::plan::test_args(true, Some("x.md"))).unwrap();
         let rows = [
             KubeRow {
                 name: "trivial binder",

@@ -40,6 +40,20 @@ impl std::fmt::Debug for KubeBinder {
 /// Re-reads of a pod after a 409 before a bind gives up.
 const CONFLICT_REREADS: u32 = 3;
 
+/// A bind of `pod` to `node` when the pod is bound to `bound_to` already: done when it is
+/// the same node, `AlreadyBound` naming both nodes otherwise.
+fn bound_answer(pod: &ObjectKey, bound_to: String, node: &str) -> Result<(), ClusterError> {
+    if bound_to == node {
+        Ok(())
+    } else {
+        Err(ClusterError::AlreadyBound {
+            pod: pod.to_string(),
+            bound_to,
+            requested: node.to_string(),
+        })
+    }
+}
+
 impl KubeBinder {
     /// The answer to a bind that the cache gives without a request: already bound here
     /// (done), bound elsewhere (`AlreadyBound`), or the node unknown (`NotFound`).
@@ -55,16 +69,8 @@ impl KubeBinder {
             .as_ref()
             .and_then(|p| p.node_name())
             .map(str::to_string);
-        match bound_to {
-            Some(b) if b == node => return Some(Ok(())),
-            Some(b) => {
-                return Some(Err(ClusterError::AlreadyBound {
-                    pod: pod.to_string(),
-                    bound_to: b,
-                    requested: node.to_string(),
-                }));
-            }
-            None => {}
+        if let Some(b) = bound_to {
+            return Some(bound_answer(pod, b, node));
         }
         if self.nodes.get(&ObjectRef::new(node)).is_none() {
             return Some(Err(ClusterError::NotFound {
@@ -177,14 +183,7 @@ impl KubeBinder {
                         .and_then(|s| s.node_name)
                         .filter(|n| !n.is_empty())
                     {
-                        Some(bound) if bound == node => return Some(Ok(())),
-                        Some(bound) => {
-                            return Some(Err(ClusterError::AlreadyBound {
-                                pod: pod.to_string(),
-                                bound_to: bound,
-                                requested: node.to_string(),
-                            }));
-                        }
+                        Some(bound) => return Some(bound_answer(pod, bound, node)),
                         None => continue,
                     }
                 }
