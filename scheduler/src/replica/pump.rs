@@ -167,11 +167,15 @@ pub struct PumpStopped {
 /// Runs `work`, what it leads to and what arrives meanwhile, until nothing is left or
 /// `max_steps` steps were taken.
 ///
-/// Group commit: a machine's proposal waits while the next work is a proposal too (the
-/// begins, reserves or decisions of transactions that reached that phase together sit one
-/// after another in the queue); the first other work, or no work, sends the proposals
-/// waiting as one ledger batch per replica ([`answer`]). Only proposals already queued
-/// back to back are joined, so no other work moves ahead of or behind a proposal.
+/// Group commit: a machine's proposal waits while any other work of this pump is left to
+/// do; when none is, the proposals waiting go as one ledger batch per replica ([`answer`])
+/// and their answers are queued. So the begins, reserves and decisions of the transactions
+/// in flight go together, one batch per replica and phase, however their other steps
+/// interleave (a refusal answered at once, a gang with more participants). The driver is
+/// asked for what arrived meanwhile (`received`) only when nothing is waiting, so a
+/// proposal never waits on messages from other replicas. Steps run in queue order, so the
+/// outcome is the same for the same work. Deferring a proposal is safe for picking: a
+/// pick holds its nodes in the pump's view until its reservation is answered.
 pub fn pump(
     driver: &mut impl PumpDriver,
     mut work: VecDeque<Work>,
@@ -182,11 +186,11 @@ pub fn pump(
     let mut steps = 0usize;
     loop {
         if work.is_empty() {
+            if !asked.is_empty() {
+                answer(driver, std::mem::take(&mut asked), &mut work, &mut view);
+                continue;
+            }
             work.extend(driver.received());
-        }
-        if !asked.is_empty() && !work.front().is_some_and(is_proposal) {
-            answer(driver, std::mem::take(&mut asked), &mut work, &mut view);
-            continue;
         }
         let Some(w) = work.pop_front() else {
             return Ok(());
@@ -200,20 +204,6 @@ pub fn pump(
         }
         step(driver, w, &mut work, &mut view, &mut asked);
     }
-}
-
-/// Whether `w` is a machine's ledger proposal.
-fn is_proposal(w: &Work) -> bool {
-    matches!(
-        w,
-        Work::FromCoord {
-            cmd: CoordCommand::ProposeToLedger(_),
-            ..
-        } | Work::FromPart {
-            cmd: ParticipantCommand::ProposeToLedger(_),
-            ..
-        }
-    )
 }
 
 /// A machine's proposal waiting for its batch: what its answer is for, and the command.

@@ -451,3 +451,40 @@ fn a_gang_larger_than_the_bound_is_still_taken_alone_so_it_is_never_starved() {
     assert_eq!(names(cycle_slice(&plan, 16)), ["big"]);
     assert!(cycle_slice(&[], 16).is_empty());
 }
+
+#[test]
+fn a_refusal_answered_between_reserves_does_not_split_them_into_more_batches() {
+    let mut w = World::new();
+    // a1 and a2 have room for one 2-GPU pod each: g's and h's picks take them, so k's pick
+    // in shard 0 fails and k's coordinator decides to abort between g's and h's reserves.
+    w.snapshot = Cluster::new()
+        .node("a1", &[(GPU, 2)])
+        .node("a2", &[(GPU, 2)])
+        .node("b1", &[(GPU, 4)])
+        .inqueue_group("g", "default", 2)
+        .pod("g-0", Some("g"), &[(GPU, 2)])
+        .pod("g-1", Some("g"), &[(GPU, 2)])
+        .inqueue_group("h", "default", 2)
+        .pod("h-0", Some("h"), &[(GPU, 2)])
+        .pod("h-1", Some("h"), &[(GPU, 2)])
+        .inqueue_group("k", "default", 2)
+        .pod("k-0", Some("k"), &[(GPU, 2)])
+        .pod("k-1", Some("k"), &[(GPU, 2)])
+        .build();
+    let mut work = w.start_cross_shard_gang();
+    work.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
+    work.extend(w.start_gang("k", &[("k-0", "a2"), ("k-1", "b1")], 3));
+    pump(&mut w, work, 1_000).expect("finishes");
+    assert_eq!(w.binds.len(), 2, "g and h committed: {:?}", w.reports);
+    let aborted: Vec<_> = w
+        .reports
+        .iter()
+        .filter(|(_, o, _)| *o == TxnOutcome::Aborted)
+        .collect();
+    assert_eq!(aborted.len(), 1, "k aborted: {:?}", w.reports);
+    // Shards are prepared in ascending order, so the phases are: the begins; shard 0's
+    // reserves, with k's abort; shard 1's reserves (replica 2); the commits. One batch
+    // each per replica, however the refusal interleaved with the reserves in the queue.
+    assert_eq!(w.batches, vec![(1, 3), (1, 3), (2, 2), (1, 2)]);
+    assert_eq!(w.proposals.len(), 10);
+}
