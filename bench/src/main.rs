@@ -35,6 +35,11 @@ mod shards;
 mod suite;
 mod trivial;
 
+/// The allocator `phalanx` runs with, so the in-process simulator measures what it does
+/// (docs/adr/0004-mimalloc.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "phalanx-bench", about = "phalanx benchmarks")]
 struct Cli {

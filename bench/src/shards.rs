@@ -59,6 +59,10 @@ pub struct Row {
     pub rounds: u64,
     /// 2PC messages between replicas acknowledged over gRPC, refused, within a replica.
     pub messages: (u64, u64, u64),
+    /// Cross-shard transactions that did not commit: aborted, rejected (the coordinator's
+    /// queue was full), unfinished, expired by the ledger.
+    #[serde(default)]
+    pub not_committed: (usize, usize, usize, usize),
     pub violations: usize,
     pub pending: usize,
 }
@@ -187,6 +191,12 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
             report.coord_messages_refused,
             report.coord_messages_local,
         ),
+        not_committed: (
+            report.txns_aborted,
+            report.txns_rejected,
+            report.txns_unfinished,
+            report.txns_expired,
+        ),
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
     })
@@ -228,8 +238,9 @@ pub fn run(b: &ShardBench) -> Result<()> {
                 row.pending
             );
             let (grpc, refused, local) = row.messages;
+            let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC, {refused} refused or lost, {local} within a replica",
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired",
                 row.replicas, row.shards
             ));
             csv.push_str(&format!(

@@ -334,6 +334,12 @@ const EXIT_BAD_INPUT: u8 = 2;
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
+/// Otherwise mimalloc: the glibc allocator spent about a third of a sustained run's time
+/// in malloc, its consolidation and free (docs/adr/0004-mimalloc.md).
+#[cfg(not(feature = "heap-profile"))]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     #[cfg(feature = "heap-profile")]
     let _heap = dhat::Profiler::builder()

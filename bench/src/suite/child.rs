@@ -184,6 +184,7 @@ mod tests {
                 proposals: 4_000,
                 rounds: 900,
                 messages: (1, 2, 3),
+                not_committed: (1, 0, 0, 0),
                 violations: 0,
                 pending: 0,
             },

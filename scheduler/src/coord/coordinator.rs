@@ -57,8 +57,8 @@ pub struct CoordConfig {
 impl Default for CoordConfig {
     fn default() -> Self {
         Self {
-            max_in_flight: 16,
-            max_queued: 64,
+            max_in_flight: 64,
+            max_queued: 256,
             resend_after_ms: 200,
             max_decide_attempts: 20,
             prepare_order: PrepareOrder::Ascending,

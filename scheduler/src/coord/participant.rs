@@ -45,7 +45,7 @@ pub struct ParticipantConfig {
 impl Default for ParticipantConfig {
     fn default() -> Self {
         Self {
-            max_in_flight: 64,
+            max_in_flight: 256,
             linger_ms: 1_000,
         }
     }
