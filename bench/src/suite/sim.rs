@@ -463,6 +463,7 @@ mod tests {
             proposals: 400,
             rounds: 100,
             messages: (0, 0, 0),
+            not_committed: (0, 0, 0, 0),
             violations,
             pending,
         };
