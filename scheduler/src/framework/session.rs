@@ -17,7 +17,7 @@ use crate::framework::plugin_set::PluginSet;
 use crate::framework::timeout::{GangTimeout, TimeoutDefaults, format_duration};
 use crate::model::{
     Node, ObjectKey, PREEMPTABLE_ANNOTATION, Pod, PodGroup, PodGroupPhase, PodPhase,
-    PreemptionPolicy, Queue, QueueState, Resources, TimeMs,
+    PreemptionPolicy, Queue, QueueState, Resources, SpecFacts, TimeMs,
 };
 
 pub type NodeId = usize;
@@ -579,7 +579,7 @@ impl SessionState {
             whole: None,
         };
 
-        let mut job_index: HashMap<ObjectKey, JobId> = HashMap::new();
+        let mut job_index = JobIndex::default();
         let mut groups: Vec<&PodGroup> = snapshot.pod_groups.iter().collect();
         groups.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for group in groups {
@@ -635,12 +635,7 @@ impl SessionState {
     /// pods; they stay visible with the reason. One job rather than one per pod, since a
     /// hostile or broken 10,000-pod gang must not be 10,000 jobs to order every cycle
     /// (bench: `phalanx-bench cycle --skipped-pods 10000`).
-    fn add_orphan_job(
-        &mut self,
-        pod: &Pod,
-        group: &str,
-        job_index: &mut HashMap<ObjectKey, JobId>,
-    ) -> JobId {
+    fn add_orphan_job(&mut self, pod: &Pod, group: &str, job_index: &mut JobIndex) -> JobId {
         let key = ObjectKey::new(&pod.key.namespace, group);
         let mut orphan = PodGroup::new(key.clone(), 1);
         orphan.creation_index = pod.creation_index;
@@ -657,12 +652,7 @@ impl SessionState {
         id
     }
 
-    fn add_task(
-        &mut self,
-        pod: &Arc<Pod>,
-        scheduler_name: &str,
-        job_index: &mut HashMap<ObjectKey, JobId>,
-    ) {
+    fn add_task(&mut self, pod: &Arc<Pod>, scheduler_name: &str, job_index: &mut JobIndex) {
         if pod.is_terminated() && pod.group.is_none() {
             return; // A finished pod outside any gang matters to nobody.
         }
@@ -681,12 +671,12 @@ impl SessionState {
             .as_ref()
             .and_then(|n| self.node_index.get(n).copied());
         let job = match &pod.group {
-            Some(group) => match job_index.get(&ObjectKey::new(&pod.key.namespace, group)) {
+            Some(group) => match job_index.get(&pod.key.namespace, group) {
                 // The orphans' job holds their pending pods only, as each was before.
-                Some(&id) if self.jobs[id].missing_group.is_some() => {
+                Some(id) if self.jobs[id].missing_group.is_some() => {
                     (managed && status == TaskStatus::Pending).then_some(id)
                 }
-                Some(&id) => Some(id),
+                Some(id) => Some(id),
                 None if managed && status == TaskStatus::Pending => {
                     Some(self.add_orphan_job(pod, group, job_index))
                 }
@@ -715,7 +705,10 @@ impl SessionState {
         };
         let priority = self.resolve_priority(pod.priority, pod.priority_class_name.as_deref());
         let role = pod.task_role.clone().unwrap_or_default();
-        let preemptable = pod_preemptable(pod);
+        let facts = pod.spec_memo.get_or_init(|| SpecFacts {
+            placement_key: placement_key(pod),
+            preemptable: pod_preemptable(pod),
+        });
         let may_preempt = match pod.preemption_policy {
             Some(policy) => policy != PreemptionPolicy::Never,
             None => !pod
@@ -736,8 +729,8 @@ impl SessionState {
             node,
             priority,
             role,
-            placement_key: placement_key(pod),
-            preemptable,
+            placement_key: facts.placement_key,
+            preemptable: facts.preemptable,
             may_preempt,
         });
         let task = &self.tasks[id];
@@ -1024,6 +1017,25 @@ impl SessionState {
 /// `volcano.sh/preemptable`, read as Volcano reads it: the annotation, else the label;
 /// the value as Go's `ParseBool` reads it, a value it cannot read meaning "not
 /// preemptable"; absent, the pod may be a victim.
+/// The jobs of a session being built, by PodGroup (or shadow pod) key: namespace, then
+/// name, so that each pod finds its group's job without building a key (two `String`s per
+/// pod per round before).
+#[derive(Default)]
+struct JobIndex(HashMap<String, HashMap<String, JobId>>);
+
+impl JobIndex {
+    fn get(&self, namespace: &str, name: &str) -> Option<JobId> {
+        self.0.get(namespace)?.get(name).copied()
+    }
+
+    fn insert(&mut self, key: ObjectKey, id: JobId) {
+        self.0
+            .entry(key.namespace)
+            .or_default()
+            .insert(key.name, id);
+    }
+}
+
 fn pod_preemptable(pod: &Pod) -> bool {
     let value = pod
         .annotations

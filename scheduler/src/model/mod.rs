@@ -13,7 +13,7 @@ pub mod resources;
 pub mod selector;
 
 pub use node::{Node, Taint, TaintEffect};
-pub use pod::{Pod, PodPhase, PreemptionPolicy};
+pub use pod::{Pod, PodPhase, PreemptionPolicy, SpecFacts, SpecMemo};
 pub use pod_group::{PodGroup, PodGroupCondition, PodGroupPhase, PodGroupStatus};
 pub use priority_class::PriorityClass;
 pub use quantity::{QuantityError, QuantityUnit, parse_quantity};

@@ -1,6 +1,8 @@
 //! A pod as the scheduler sees it.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
 
 use super::resources::Resources;
 use super::selector::{NodeSelectorTerm, Toleration};
@@ -40,6 +42,10 @@ pub struct Pod {
     /// `spec.terminationGracePeriodSeconds`: how long a deleted pod takes to go away. The
     /// simulator deletes at once when it is unset.
     pub termination_grace_ms: Option<TimeMs>,
+    /// What a session derives from the fields above, kept with this pod object: every
+    /// round's view is built from the same `Arc<Pod>`s, and hashing each pod's spec again
+    /// every round was 6 % of a sustained run. See [`SpecMemo`] for when it is reset.
+    pub spec_memo: SpecMemo,
 }
 
 impl Pod {
@@ -65,6 +71,7 @@ impl Pod {
             sim_duration_ms: None,
             terminating: false,
             termination_grace_ms: None,
+            spec_memo: SpecMemo::default(),
         }
     }
 
@@ -76,6 +83,49 @@ impl Pod {
     /// Holds resources on a node: assigned and not terminated.
     pub fn occupies_node(&self) -> bool {
         self.node_name.is_some() && !self.is_terminated()
+    }
+}
+
+/// Facts a session derives from a pod's spec alone (see [`SpecMemo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecFacts {
+    /// Hash of everything a predicate or score may look at on the pod's side.
+    pub placement_key: u64,
+    /// `volcano.sh/preemptable` (annotation, else label) allows eviction; unset allows.
+    pub preemptable: bool,
+}
+
+/// [`SpecFacts`] computed on first use and kept. The fields they read are set when a pod
+/// is made (manifest, watch event, generator); a pod that changes is a new object, or a
+/// clone, and a clone starts with an empty memo. So the memo never answers for a spec it
+/// was not computed from. It takes no part in equality.
+#[derive(Default)]
+pub struct SpecMemo(OnceLock<SpecFacts>);
+
+impl SpecMemo {
+    pub fn get_or_init(&self, compute: impl FnOnce() -> SpecFacts) -> SpecFacts {
+        *self.0.get_or_init(compute)
+    }
+}
+
+impl Clone for SpecMemo {
+    /// Empty: the clone is usually made to be changed.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for SpecMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SpecMemo {}
+
+impl fmt::Debug for SpecMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SpecMemo")
     }
 }
 
@@ -114,5 +164,39 @@ impl PreemptionPolicy {
             "Never" => Some(Self::Never),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(key: u64) -> SpecFacts {
+        SpecFacts {
+            placement_key: key,
+            preemptable: true,
+        }
+    }
+
+    #[test]
+    fn a_pods_spec_memo_is_computed_once_and_a_clone_starts_empty() {
+        let pod = Pod::new(ObjectKey::new("ns", "p"), Resources::new());
+        let mut computed = 0;
+        let mut compute = |key| {
+            computed += 1;
+            facts(key)
+        };
+        assert_eq!(pod.spec_memo.get_or_init(|| compute(1)).placement_key, 1);
+        assert_eq!(pod.spec_memo.get_or_init(|| compute(2)).placement_key, 1);
+        // A clone is made to be changed: it computes its own facts.
+        let mut changed = pod.clone();
+        changed.node_selector.insert("zone".into(), "a".into());
+        assert_eq!(
+            changed.spec_memo.get_or_init(|| compute(3)).placement_key,
+            3
+        );
+        assert_eq!(computed, 2);
+        // The memo takes no part in equality.
+        assert_eq!(pod, pod.clone());
     }
 }
