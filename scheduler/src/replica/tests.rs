@@ -297,20 +297,26 @@ fn a_cross_shard_gang_is_begun_prepared_reserved_committed_and_bound_through_the
     );
 }
 
+/// Nodes of `(name, GPUs)` and, for each name `g`, an inqueue gang `default/g` of two
+/// pending pods `g-0`, `g-1` of 2 GPUs.
+fn two_pod_gangs(nodes: &[(&str, i64)], gangs: &[&str]) -> ClusterSnapshot {
+    let mut c = Cluster::new();
+    for (name, gpus) in nodes {
+        c = c.node(name, &[(GPU, *gpus)]);
+    }
+    for g in gangs {
+        c = c.inqueue_group(g, "default", 2);
+        for i in 0..2 {
+            c = c.pod(&format!("{g}-{i}"), Some(g), &[(GPU, 2)]);
+        }
+    }
+    c.build()
+}
+
 #[test]
 fn the_proposals_of_transactions_in_the_same_phase_go_as_one_batch_per_replica() {
     let mut w = World::new();
-    w.snapshot = Cluster::new()
-        .node("a1", &[(GPU, 4)])
-        .node("a2", &[(GPU, 4)])
-        .node("b1", &[(GPU, 4)])
-        .inqueue_group("g", "default", 2)
-        .pod("g-0", Some("g"), &[(GPU, 2)])
-        .pod("g-1", Some("g"), &[(GPU, 2)])
-        .inqueue_group("h", "default", 2)
-        .pod("h-0", Some("h"), &[(GPU, 2)])
-        .pod("h-1", Some("h"), &[(GPU, 2)])
-        .build();
+    w.snapshot = two_pod_gangs(&[("a1", 4), ("a2", 4), ("b1", 4)], &["g", "h"]);
     let mut work = w.start_cross_shard_gang();
     work.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
     pump(&mut w, work, 1_000).expect("finishes");
@@ -457,20 +463,7 @@ fn a_refusal_answered_between_reserves_does_not_split_them_into_more_batches() {
     let mut w = World::new();
     // a1 and a2 have room for one 2-GPU pod each: g's and h's picks take them, so k's pick
     // in shard 0 fails and k's coordinator decides to abort between g's and h's reserves.
-    w.snapshot = Cluster::new()
-        .node("a1", &[(GPU, 2)])
-        .node("a2", &[(GPU, 2)])
-        .node("b1", &[(GPU, 4)])
-        .inqueue_group("g", "default", 2)
-        .pod("g-0", Some("g"), &[(GPU, 2)])
-        .pod("g-1", Some("g"), &[(GPU, 2)])
-        .inqueue_group("h", "default", 2)
-        .pod("h-0", Some("h"), &[(GPU, 2)])
-        .pod("h-1", Some("h"), &[(GPU, 2)])
-        .inqueue_group("k", "default", 2)
-        .pod("k-0", Some("k"), &[(GPU, 2)])
-        .pod("k-1", Some("k"), &[(GPU, 2)])
-        .build();
+    w.snapshot = two_pod_gangs(&[("a1", 2), ("a2", 2), ("b1", 4)], &["g", "h", "k"]);
     let mut work = w.start_cross_shard_gang();
     work.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
     work.extend(w.start_gang("k", &[("k-0", "a2"), ("k-1", "b1")], 3));
