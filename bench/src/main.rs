@@ -255,6 +255,7 @@ enum Command {
 }
 
 fn main() -> Result<()> {
+    phalanx_scheduler::process::disable_transparent_huge_pages();
     match Cli::parse().command {
         Command::Suite(args) => match suite::Plan::from_args(&args) {
             Ok(plan) => suite::run(&plan, &std::env::args().collect::<Vec<_>>()),

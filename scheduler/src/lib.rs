@@ -22,6 +22,7 @@ pub mod model;
 pub mod observe;
 pub mod plugins;
 pub mod ports;
+pub mod process;
 pub mod replica;
 pub mod serve;
 pub mod shard;

@@ -341,6 +341,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    phalanx_scheduler::process::disable_transparent_huge_pages();
     #[cfg(feature = "heap-profile")]
     let _heap = dhat::Profiler::builder()
         // Deep enough to reach phalanx's own frames under kube-runtime's and serde's.
