@@ -1014,9 +1014,6 @@ impl SessionState {
     }
 }
 
-/// `volcano.sh/preemptable`, read as Volcano reads it: the annotation, else the label;
-/// the value as Go's `ParseBool` reads it, a value it cannot read meaning "not
-/// preemptable"; absent, the pod may be a victim.
 /// The jobs of a session being built, by PodGroup (or shadow pod) key: namespace, then
 /// name, so that each pod finds its group's job without building a key (two `String`s per
 /// pod per round before).
@@ -1036,6 +1033,9 @@ impl JobIndex {
     }
 }
 
+/// `volcano.sh/preemptable`, read as Volcano reads it: the annotation, else the label;
+/// the value as Go's `ParseBool` reads it, a value it cannot read meaning "not
+/// preemptable"; absent, the pod may be a victim.
 fn pod_preemptable(pod: &Pod) -> bool {
     let value = pod
         .annotations
