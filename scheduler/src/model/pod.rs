@@ -95,10 +95,12 @@ pub struct SpecFacts {
     pub preemptable: bool,
 }
 
-/// [`SpecFacts`] computed on first use and kept. The fields they read are set when a pod
-/// is made (manifest, watch event, generator); a pod that changes is a new object, or a
-/// clone, and a clone starts with an empty memo. So the memo never answers for a spec it
-/// was not computed from. It takes no part in equality.
+/// [`SpecFacts`] computed on first use and kept. The fields they read (requests,
+/// selectors, tolerations, affinity, annotations, labels) are set only when a pod is made
+/// (manifest, watch event, generator); what changes later in place, through
+/// `Arc::make_mut` on a pod no one else holds, is its node, phase and termination, which
+/// the facts do not read. A clone starts with an empty memo, since a clone is usually made
+/// to be changed. It takes no part in equality.
 #[derive(Default)]
 pub struct SpecMemo(OnceLock<SpecFacts>);
 
