@@ -423,8 +423,8 @@ pub fn inject(
 
 /// Emulates the page cache of a killed replica lost: its Raft log cut to what was
 /// fsynced (`synced_len`), keeping a torn part of the lost tail (drawn from `seed`: 0 to
-/// all but one of its bytes), as a power loss may leave a partly written page. Its sled
-/// state machine is left as it is: only snapshots write it, and each is fsynced before it
+/// all but one of its bytes), as a power loss may leave a partly written page. Its
+/// snapshot file is left as it is: each is fsynced and renamed into place before it
 /// counts. Returns what was cut, in words.
 pub fn lose_unsynced(data_dir: &std::path::Path, seed: u64) -> anyhow::Result<String> {
     let path = data_dir.join(phalanx_statestore::log_store::LOG_FILE_NAME);

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  ┌──────────── phalanx serve --id N --shards S ──────────────────────────┐
-//!  │ ledger replica N (openraft, sled, gRPC on --listen) ◀──Raft──▶ peers   │
+//!  │ ledger replica N (openraft, log + snapshot files, gRPC) ◀─Raft─▶ peers │
 //!  │ LedgerClient (all peers)                                               │
 //!  │ KubeCluster (watch caches; binds, status, events, evictions)           │
 //!  │ HTTP --http: /healthz /readyz /metrics (+ chaos failpoints, off)       │

@@ -1,17 +1,17 @@
-//! The Raft state machine: `ledger::apply` over an in-memory `LedgerState`, with
-//! snapshots stored in sled (0.34.7).
+//! The Raft state machine: `ledger::apply` over an in-memory `LedgerState`, with the
+//! latest snapshot in a file of its own (`snapshot_file.rs`).
 //!
 //! The state itself is not written to disk on every apply: the fsynced Raft log is the
 //! durable record, and on restart openraft re-applies the committed entries after the
-//! last snapshot. A snapshot is written to sled, then `flush()`ed and sled's data file
-//! fsynced by us (sled's own flush uses `sync_file_range`, which is not a full fsync;
-//! see `docs/adr/0002-raft-log-durability.md`), and only then reported to openraft, which
-//! only then may purge the log up to it.
+//! last snapshot. A snapshot is written to a new file, fsynced, renamed over the old one
+//! and the directory fsynced (`docs/adr/0002-raft-log-durability.md`), and only then
+//! reported to openraft, which only then may purge the log up to it. Its bytes are not
+//! kept in memory: openraft asks for them only to send a follower the snapshot, and they
+//! are read from the file then.
 
-use std::fs::File;
 use std::io::{self, Cursor};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 pub mod journal;
+mod snapshot_file;
 
 use crate::ledger::bounds;
 use crate::ledger::{
@@ -33,11 +34,8 @@ use crate::raft_types::{
     TypeConfig,
 };
 pub use journal::ChangeJournal;
-
-const SNAPSHOT_META_KEY: &[u8] = b"snapshot/meta";
-const SNAPSHOT_DATA_KEY: &[u8] = b"snapshot/data";
-/// Sub-directory of the replica directory holding the sled database.
-pub const SLED_DIR_NAME: &str = "sm-sled";
+pub use snapshot_file::SNAPSHOT_FILE_NAME;
+use snapshot_file::SnapshotFile;
 
 /// The state machine's in-memory state, shared with readers.
 #[derive(Debug, Default)]
@@ -50,8 +48,6 @@ pub struct SmState {
     pub last_membership: StoredMembership<NodeId, BasicNode>,
     /// Keys changed per applied index (recent ones), for incremental reads.
     pub journal: ChangeJournal,
-    /// The latest snapshot (also in sled).
-    current_snapshot: Option<StoredSnapshot>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,104 +96,14 @@ impl LedgerReader {
 #[derive(Debug)]
 pub struct LedgerStateMachine {
     shared: Arc<RwLock<SmState>>,
-    store: SnapshotStore,
+    store: SnapshotFile,
     shard_moves: Arc<watch::Sender<u64>>,
-}
-
-/// sled-backed snapshot storage.
-#[derive(Debug, Clone)]
-struct SnapshotStore {
-    db: sled::Db,
-    dir: PathBuf,
-    /// Serializes saves so "newer wins" is decided atomically (never held across await:
-    /// saves run on a blocking thread).
-    save_lock: Arc<Mutex<()>>,
-}
-
-fn sled_io(e: sled::Error) -> io::Error {
-    io::Error::other(e)
-}
-
-/// Attempts at opening sled while its file lock is still held, and the pause between them.
-const SLED_LOCK_ATTEMPTS: u32 = 100;
-const SLED_LOCK_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Opens sled, waiting (bounded: 2 s) while a previous instance's lock is still held. sled
-/// 0.34 releases its file lock only when its background flusher thread exits, a moment after
-/// the `Db` is dropped, so an immediate reopen in the same process (a replica restarted in
-/// place) can find the lock taken (`WouldBlock`).
-fn open_sled(dir: &Path) -> io::Result<sled::Db> {
-    let mut attempt = 0;
-    loop {
-        match sled::Config::new().path(dir).open() {
-            Ok(db) => return Ok(db),
-            Err(sled::Error::Io(e))
-                if attempt + 1 < SLED_LOCK_ATTEMPTS
-                    && e.to_string().contains("could not acquire lock") =>
-            {
-                attempt += 1;
-                std::thread::sleep(SLED_LOCK_PAUSE);
-            }
-            Err(e) => return Err(sled_io(e)),
-        }
-    }
-}
-
-impl SnapshotStore {
-    fn open(dir: &Path) -> io::Result<Self> {
-        let dir = dir.join(SLED_DIR_NAME);
-        let db = open_sled(&dir)?;
-        Ok(Self {
-            db,
-            dir,
-            save_lock: Arc::new(Mutex::new(())),
-        })
-    }
-
-    fn load(&self) -> io::Result<Option<StoredSnapshot>> {
-        let (Some(meta), Some(data)) = (
-            self.db.get(SNAPSHOT_META_KEY).map_err(sled_io)?,
-            self.db.get(SNAPSHOT_DATA_KEY).map_err(sled_io)?,
-        ) else {
-            return Ok(None);
-        };
-        let mut snap: StoredSnapshot = serde_json::from_slice(&meta).map_err(io::Error::other)?;
-        snap.data = data.to_vec();
-        Ok(Some(snap))
-    }
-
-    /// Writes meta and data atomically (one sled batch), flushes, then fsyncs sled's data
-    /// file and directory. A snapshot older than the stored one is not written (a local
-    /// build that started before a newer snapshot was installed must not replace it);
-    /// returns whether it was written.
-    fn save(&self, snap: &StoredSnapshot) -> io::Result<bool> {
-        let _guard = self
-            .save_lock
-            .lock()
-            .map_err(|_| io::Error::other("snapshot save lock poisoned"))?;
-        if let Some(stored) = self.db.get(SNAPSHOT_META_KEY).map_err(sled_io)? {
-            let stored: StoredSnapshot =
-                serde_json::from_slice(&stored).map_err(io::Error::other)?;
-            if stored.meta.last_log_id > snap.meta.last_log_id {
-                return Ok(false);
-            }
-        }
-        let meta = serde_json::to_vec(snap).map_err(io::Error::other)?;
-        let mut batch = sled::Batch::default();
-        batch.insert(SNAPSHOT_META_KEY, meta);
-        batch.insert(SNAPSHOT_DATA_KEY, snap.data.as_slice());
-        self.db.apply_batch(batch).map_err(sled_io)?;
-        self.db.flush().map_err(sled_io)?;
-        File::open(self.dir.join("db"))?.sync_all()?;
-        File::open(&self.dir)?.sync_all()?;
-        Ok(true)
-    }
 }
 
 impl LedgerStateMachine {
     /// Opens the state machine in `dir`, restoring the last snapshot if there is one.
     pub fn open(dir: &Path) -> io::Result<Self> {
-        let store = SnapshotStore::open(dir)?;
+        let store = SnapshotFile::open(dir)?;
         let mut state = SmState::default();
         if let Some(snap) = store.load()? {
             state.ledger = serde_json::from_slice(&snap.data).map_err(io::Error::other)?;
@@ -205,7 +111,6 @@ impl LedgerStateMachine {
             state.last_membership = snap.meta.last_membership.clone();
             state.journal =
                 ChangeJournal::starting_at(snap.meta.last_log_id.map_or(0, |l| l.index));
-            state.current_snapshot = Some(snap);
         }
         Ok(Self {
             shared: Arc::new(RwLock::new(state)),
@@ -306,7 +211,7 @@ fn entry_context(log_id: &LogId, membership: &StoredMembership<NodeId, BasicNode
 #[derive(Debug)]
 pub struct LedgerSnapshotBuilder {
     shared: Arc<RwLock<SmState>>,
-    store: SnapshotStore,
+    store: SnapshotFile,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for LedgerSnapshotBuilder {
@@ -330,19 +235,12 @@ impl RaftSnapshotBuilder<TypeConfig> for LedgerSnapshotBuilder {
             }
         };
         let store = self.store.clone();
-        let to_save = snap.clone();
-        let saved = tokio::task::spawn_blocking(move || store.save(&to_save))
+        let signature = snap.meta.signature();
+        let snap = tokio::task::spawn_blocking(move || store.save(&snap).map(|_| snap))
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
-            .map_err(|e| StorageIOError::write_snapshot(Some(snap.meta.signature()), &e))?;
-        if saved {
-            let mut s = self
-                .shared
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            s.current_snapshot = Some(snap.clone());
-        }
+            .map_err(|e| StorageIOError::write_snapshot(Some(signature), &e))?;
         Ok(Snapshot {
             meta: snap.meta,
             snapshot: Box::new(Cursor::new(snap.data)),
@@ -423,8 +321,7 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
             data,
         };
         let store = self.store.clone();
-        let to_save = snap.clone();
-        let _saved = tokio::task::spawn_blocking(move || store.save(&to_save))
+        let _saved = tokio::task::spawn_blocking(move || store.save(&snap))
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
@@ -437,7 +334,6 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
         // read in full.
         let index = meta.last_log_id.map_or(0, |l| l.index);
         s.journal.reset(index);
-        s.current_snapshot = Some(snap);
         drop(s);
         self.note_shard_moves();
         // Only a leader's InstallSnapshot lands here (a local build goes through
@@ -452,13 +348,15 @@ impl RaftStateMachine<TypeConfig> for LedgerStateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let s = self
-            .shared
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(s.current_snapshot.as_ref().map(|snap| Snapshot {
-            meta: snap.meta.clone(),
-            snapshot: Box::new(Cursor::new(snap.data.clone())),
+        let store = self.store.clone();
+        let stored = tokio::task::spawn_blocking(move || store.load())
+            .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(stored.map(|snap| Snapshot {
+            meta: snap.meta,
+            snapshot: Box::new(Cursor::new(snap.data)),
         }))
     }
 }
@@ -592,24 +490,5 @@ mod tests {
         let (applied, released) = sm.reader().read(|s, a| (a, s.released_total));
         assert_eq!(applied.map(|l| l.index), Some(10));
         assert_eq!(released, 42);
-    }
-
-    #[test]
-    fn reopening_waits_for_a_previous_instance_to_release_the_sled_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("db");
-        let first = sled::Config::new().path(&path).open().unwrap();
-        // The lock is held while `first` lives; it is dropped on another thread shortly after
-        // the second open starts, as a restarted replica meets it.
-        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        let releaser = std::thread::spawn(move || {
-            started_rx.recv().unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            drop(first);
-        });
-        started_tx.send(()).unwrap();
-        let second = open_sled(&path);
-        releaser.join().unwrap();
-        assert!(second.is_ok(), "{:?}", second.err());
     }
 }
