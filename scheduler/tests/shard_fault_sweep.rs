@@ -56,7 +56,7 @@ impl LedgerBackend for ThreeReplicaStandIn {
         self.inner.propose_raw(commands)
     }
 
-    fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+    fn read_state(&mut self) -> Result<std::sync::Arc<LedgerState>, LedgerError> {
         self.inner.read_state()
     }
 

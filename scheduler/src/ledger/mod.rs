@@ -9,8 +9,8 @@
 //! Two implementations of [`PlacementLedger`]:
 //! - [`LocalLedger`]: the ledger's state machine applied in process (one replica needs no
 //!   consensus, but gets the same verification);
-//! - [`RaftLedger`]: N replicas of the real replicated ledger (openraft, fsynced log, sled
-//!   state, tonic on loopback) started in this process, proposed to through the typed client.
+//! - [`RaftLedger`]: N replicas of the real replicated ledger (openraft, fsynced log and
+//!   snapshot, tonic on loopback) started in this process, proposed to through the typed client.
 
 pub mod conformance;
 mod fault;
@@ -23,6 +23,8 @@ pub use fault::{LedgerFault, ScheduledFault};
 pub use local::LocalLedger;
 pub use raft::RaftLedger;
 pub(crate) use raft::{propose_through, read_through};
+
+use std::sync::Arc;
 
 use phalanx_statestore::ledger::ReplicaId;
 use phalanx_statestore::ledger::checks::Violation as LedgerViolation;
@@ -128,7 +130,7 @@ pub trait PlacementLedger {
     /// Releases placements (pod finished, evicted, or its bind failed).
     fn release(&mut self, pods: &[ObjectKey], reason: ReleaseReason) -> Result<(), LedgerError>;
     /// The ledger's state (linearizable for the replicated ledger), for invariant checks.
-    fn state(&mut self) -> Result<LedgerState, LedgerError>;
+    fn state(&mut self) -> Result<Arc<LedgerState>, LedgerError>;
     /// How many replicas hold the ledger.
     fn replicas(&self) -> usize;
     /// Injects a fault (replicated ledger only); returns what was done.
@@ -154,7 +156,7 @@ pub trait LedgerBackend {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError>;
-    fn read_state(&mut self) -> Result<LedgerState, LedgerError>;
+    fn read_state(&mut self) -> Result<Arc<LedgerState>, LedgerError>;
     fn replica_count(&self) -> usize;
     /// Proposes the commands in order and returns every response, refusals included (the
     /// sharded runtime needs the typed refusal: stale epoch, 2PC answers). The default
@@ -249,7 +251,7 @@ impl<T: LedgerBackend> PlacementLedger for T {
         )
     }
 
-    fn state(&mut self) -> Result<LedgerState, LedgerError> {
+    fn state(&mut self) -> Result<Arc<LedgerState>, LedgerError> {
         self.read_state()
     }
 
@@ -472,7 +474,7 @@ mod tests {
                 None => self.inner.propose_all(commands),
             }
         }
-        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+        fn read_state(&mut self) -> Result<Arc<LedgerState>, LedgerError> {
             self.inner.read_state()
         }
         fn replica_count(&self) -> usize {

@@ -1,7 +1,9 @@
 //! N replicas of the replicated ledger in this process: real openraft, fsynced log files,
-//! sled state, tonic gRPC on 127.0.0.1, in a temporary directory removed on drop. The
+//! snapshot files, tonic gRPC on 127.0.0.1, in a temporary directory removed on drop. The
 //! scheduler talks to them only through the typed `LedgerClient`, as a remote scheduler
 //! would, so every proposal goes through the leader and a quorum.
+
+use std::sync::Arc;
 
 use phalanx_statestore::ledger::ReplicaId;
 use phalanx_statestore::{
@@ -128,11 +130,11 @@ pub(crate) fn read_through(
     handle: &tokio::runtime::Handle,
     client: &LedgerClient,
     mirror: &mut LedgerMirror,
-) -> Result<LedgerState, LedgerError> {
+) -> Result<Arc<LedgerState>, LedgerError> {
     handle
         .block_on(mirror.refresh(client))
         .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-    Ok(mirror.state().clone())
+    Ok(mirror.shared())
 }
 
 impl Drop for RaftLedger {
@@ -164,7 +166,7 @@ impl LedgerBackend for RaftLedger {
         Some(self.entries)
     }
 
-    fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+    fn read_state(&mut self) -> Result<Arc<LedgerState>, LedgerError> {
         read_through(self.runtime.handle(), &self.client, &mut self.mirror)
     }
 

@@ -73,7 +73,7 @@ impl LedgerBackend for ServeLedger {
         )
     }
 
-    fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+    fn read_state(&mut self) -> Result<Arc<LedgerState>, LedgerError> {
         read_through(&self.handle, &self.client, &mut self.mirror)
     }
 
@@ -418,7 +418,7 @@ mod tests {
         ) -> Result<Vec<LedgerResponse>, LedgerError> {
             self.inner.propose_all(commands)
         }
-        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+        fn read_state(&mut self) -> Result<Arc<LedgerState>, LedgerError> {
             self.inner.read_state()
         }
         fn replica_count(&self) -> usize {

@@ -783,7 +783,7 @@ mod tests {
             }
             self.inner.propose_all(commands)
         }
-        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+        fn read_state(&mut self) -> Result<std::sync::Arc<LedgerState>, LedgerError> {
             self.reads += 1;
             if self.reads >= 2
                 && let Some(late) = self.late.take()
@@ -860,7 +860,7 @@ mod tests {
             }
             self.inner.propose_all(commands)
         }
-        fn read_state(&mut self) -> Result<LedgerState, LedgerError> {
+        fn read_state(&mut self) -> Result<std::sync::Arc<LedgerState>, LedgerError> {
             self.inner.read_state()
         }
         fn replica_count(&self) -> usize {

@@ -45,6 +45,7 @@
 //! taken them; the coordinator binds the nodes the participant reserved.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::sync::Arc;
 
 use phalanx_statestore::ledger::{
     Epoch, PlacementState, ReplicaId, ShardId, TxnDecision, TxnId, check_all,
@@ -633,7 +634,7 @@ impl ShardRuntime {
             return;
         }
         self.lead(ledger, now, errors);
-        let mut state: Option<LedgerState> = None;
+        let mut state: Option<Arc<LedgerState>> = None;
         for id in &up {
             if self.replicas[id].stale_view {
                 continue;
@@ -755,7 +756,7 @@ impl ShardRuntime {
     fn learn(
         &mut self,
         id: ReplicaId,
-        recover: Option<(&mut Option<LedgerState>, &mut dyn PlacementLedger)>,
+        recover: Option<(&mut Option<Arc<LedgerState>>, &mut dyn PlacementLedger)>,
         now: TimeMs,
     ) {
         let mine: BTreeMap<ShardId, Epoch> = self

@@ -325,7 +325,7 @@ async fn a_pod_with_a_bind_in_flight_is_not_planned_again_nor_bound_again_by_rec
         "planned while binds are in flight: {:?}",
         placed(&snapshot)
     );
-    let before = ledger.read_state().expect("state").placements;
+    let before = ledger.read_state().expect("state").placements.clone();
     let reconciled = reconcile(
         &mut ledger,
         &never_gone,
