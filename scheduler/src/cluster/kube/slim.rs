@@ -10,6 +10,12 @@
 //! `manifest::convert::pod_from_k8s`, once per version of a pod (the conversion is cached
 //! by resourceVersion), so there is one conversion and it cannot drift from this one:
 //! `a_slim_pod_converts_as_the_full_pod_it_was_read_from` checks they agree.
+//!
+//! Quantities (requests, limits, overhead) are kept as short vectors, not k8s-openapi's
+//! `BTreeMap`s: a map's first node is about 540 bytes for the two or three entries a
+//! container names, and the two maps of each container were 30 of the cache's 84 MiB at
+//! 20,000 pods (docs/benchmarks.md, the heap profile). Affinity, rarely set and large
+//! inline, is boxed.
 
 use std::collections::BTreeMap;
 
@@ -38,7 +44,7 @@ pub struct SlimPodSpec {
     pub preemption_policy: Option<String>,
     pub node_selector: Option<BTreeMap<String, String>>,
     pub tolerations: Option<Vec<core::Toleration>>,
-    pub affinity: Option<core::Affinity>,
+    pub affinity: Option<Box<core::Affinity>>,
     pub topology_spread_constraints: Option<Vec<core::TopologySpreadConstraint>>,
     pub node_name: Option<String>,
     pub termination_grace_period_seconds: Option<i64>,
@@ -46,8 +52,43 @@ pub struct SlimPodSpec {
     pub containers: Vec<SlimContainer>,
     pub init_containers: Option<Vec<SlimContainer>>,
     /// Pod-level resources, which replace the containers' figure for cpu and memory.
-    pub resources: Option<core::ResourceRequirements>,
-    pub overhead: Option<BTreeMap<String, Quantity>>,
+    pub resources: Option<SlimResources>,
+    pub overhead: Option<Quantities>,
+}
+
+/// A container's (or the pod's) `resources`: what the conversion reads of it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SlimResources {
+    pub requests: Option<Quantities>,
+    pub limits: Option<Quantities>,
+}
+
+/// A map of quantities by resource name, as a vector in name order (read as a map, so a
+/// repeated name keeps its last value, as in k8s-openapi's `BTreeMap`).
+#[derive(Clone, Debug, Default)]
+pub struct Quantities(Box<[(String, Quantity)]>);
+
+impl<'de> Deserialize<'de> for Quantities {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, Quantity>::deserialize(deserializer)?;
+        Ok(Self(map.into_iter().collect()))
+    }
+}
+
+impl Quantities {
+    fn to_k8s(&self) -> BTreeMap<String, Quantity> {
+        self.0.iter().cloned().collect()
+    }
+}
+
+impl SlimResources {
+    fn to_k8s(&self) -> core::ResourceRequirements {
+        core::ResourceRequirements {
+            requests: self.requests.as_ref().map(Quantities::to_k8s),
+            limits: self.limits.as_ref().map(Quantities::to_k8s),
+            ..core::ResourceRequirements::default()
+        }
+    }
 }
 
 /// A container's name and what it asks (and, for an init container, whether it is a
@@ -57,7 +98,7 @@ pub struct SlimPodSpec {
 pub struct SlimContainer {
     #[serde(default)]
     pub name: String,
-    pub resources: Option<core::ResourceRequirements>,
+    pub resources: Option<SlimResources>,
     pub restart_policy: Option<String>,
 }
 
@@ -92,7 +133,7 @@ impl SlimContainer {
     fn to_k8s(&self) -> core::Container {
         core::Container {
             name: self.name.clone(),
-            resources: self.resources.clone(),
+            resources: self.resources.as_ref().map(SlimResources::to_k8s),
             restart_policy: self.restart_policy.clone(),
             ..core::Container::default()
         }
@@ -117,7 +158,7 @@ impl SlimPod {
             preemption_policy: s.preemption_policy.clone(),
             node_selector: s.node_selector.clone(),
             tolerations: s.tolerations.clone(),
-            affinity: s.affinity.clone(),
+            affinity: s.affinity.as_deref().cloned(),
             topology_spread_constraints: s.topology_spread_constraints.clone(),
             node_name: s.node_name.clone(),
             termination_grace_period_seconds: s.termination_grace_period_seconds,
@@ -126,8 +167,8 @@ impl SlimPod {
                 .init_containers
                 .as_ref()
                 .map(|c| c.iter().map(SlimContainer::to_k8s).collect()),
-            resources: s.resources.clone(),
-            overhead: s.overhead.clone(),
+            resources: s.resources.as_ref().map(SlimResources::to_k8s),
+            overhead: s.overhead.as_ref().map(Quantities::to_k8s),
             ..core::PodSpec::default()
         });
         core::Pod {
@@ -164,6 +205,7 @@ mod tests {
           [{"weight": 5, "preference": {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}}]}},
         "nodeName": "gpu-node-0001", "terminationGracePeriodSeconds": 30,
         "overhead": {"cpu": "250m"},
+        "resources": {"limits": {"memory": "64Gi"}, "requests": {"memory": "48Gi"}},
         "initContainers": [
           {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "2"}}},
           {"name": "sidecar", "image": "proxy", "restartPolicy": "Always",
