@@ -148,6 +148,53 @@ pub fn by_owner(sites: &[Site], ours: &BTreeSet<String>) -> Vec<(String, u64, u6
     rows
 }
 
+/// The parts of a replica a site's memory is counted to, in the order they are tried: the
+/// first whose pattern some frame of the site contains (function or file) takes it. The
+/// pod cache comes before the other watch caches (both are filled by kube's reflector),
+/// and the ledger before the model (a ledger read runs inside the serve loop's frames).
+pub const PARTS: [(&str, &[&str]); 6] = [
+    ("sled (the snapshot store until 9591fa9)", &["sled"]),
+    (
+        "the pod watch cache (`SlimPod`)",
+        &["SlimPod", "cluster/kube/slim.rs"],
+    ),
+    (
+        "the Node, PodGroup and Queue watch caches",
+        &["spawn_stream"],
+    ),
+    (
+        "the ledger: state machine, Raft log, serve's mirror",
+        &[
+            "phalanx_statestore",
+            "statestore/src/",
+            "src/ledger/",
+            "openraft",
+        ],
+    ),
+    (
+        "the model the snapshot converts the caches into",
+        &["manifest/convert/", "cluster/kube/mod.rs", "src/model/"],
+    ),
+    ("the rest (sessions, plans, gRPC and HTTP buffers)", &[""]),
+];
+
+/// Peak bytes by [`PARTS`], in their order.
+pub fn by_part(sites: &[Site]) -> Vec<(&'static str, u64)> {
+    let mut sum = vec![0u64; PARTS.len()];
+    for s in sites {
+        let part = PARTS
+            .iter()
+            .position(|(_, patterns)| {
+                patterns
+                    .iter()
+                    .any(|p| s.frames.iter().any(|f| f.contains(p)))
+            })
+            .unwrap_or(PARTS.len() - 1);
+        sum[part] += s.peak_bytes;
+    }
+    PARTS.iter().map(|(name, _)| *name).zip(sum).collect()
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -173,6 +220,10 @@ pub fn report(file: &Path, workspace: &Path, top: usize, frames: usize) -> Resul
     for (o, b, k) in by_owner(&sites, &ours).into_iter().take(top) {
         let share = 100.0 * b as f64 / peak.max(1) as f64;
         println!("| `{o}` | {:.1} | {share:.1} % | {k} |", mib(b));
+    }
+    println!("\n| part of the replica | MiB at the peak |\n|---|---:|");
+    for (part, b) in by_part(&sites) {
+        println!("| {part} | {:.1} |", mib(b));
     }
     sites.sort_by_key(|s| std::cmp::Reverse(s.peak_bytes));
     println!("\nheaviest backtraces at the peak:");
@@ -234,6 +285,18 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// Each site goes to the first part one of its frames names, and every byte to one.
+    #[test]
+    fn every_site_is_counted_once_to_the_first_part_its_frames_name() {
+        let (peak, sites) = parse(PROFILE).unwrap();
+        let parts = by_part(&sites);
+        // Site 0 names cluster/kube/mod.rs (the model), site 1 statestore (the ledger),
+        // which comes first in the order; site 2 nothing: the rest.
+        let got: Vec<u64> = parts.iter().map(|(_, b)| *b).collect();
+        assert_eq!(got, [0, 0, 0, 300, 600, 100]);
+        assert_eq!(got.iter().sum::<u64>(), peak);
     }
 
     #[test]
