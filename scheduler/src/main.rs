@@ -335,8 +335,9 @@ const EXIT_BAD_INPUT: u8 = 2;
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
 /// Otherwise mimalloc: the glibc allocator spent about a third of a sustained run's time
-/// in malloc, its consolidation and free (docs/adr/0004-mimalloc.md).
-#[cfg(not(feature = "heap-profile"))]
+/// in malloc, its consolidation and free (docs/adr/0004-mimalloc.md). With
+/// `--features system-allocator`, the C library's (for comparing the two side by side).
+#[cfg(not(any(feature = "heap-profile", feature = "system-allocator")))]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
