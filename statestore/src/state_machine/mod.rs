@@ -368,14 +368,7 @@ mod tests {
     use super::*;
 
     fn snap(index: u64, ledger: &LedgerState) -> StoredSnapshot {
-        StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
-                last_membership: StoredMembership::default(),
-                snapshot_id: format!("1-{index}"),
-            },
-            data: ledger.to_canonical_bytes(),
-        }
+        snapshot_file::tests::snap(index, &ledger.to_canonical_bytes())
     }
 
     fn entry(term: u64, leader: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {

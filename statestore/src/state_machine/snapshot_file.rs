@@ -270,12 +270,13 @@ mod legacy_sled {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use openraft::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 
     use super::*;
 
-    fn snap(index: u64, data: &[u8]) -> StoredSnapshot {
+    /// A snapshot at `index` of term 1 holding `data` (shared with the state machine's tests).
+    pub(in crate::state_machine) fn snap(index: u64, data: &[u8]) -> StoredSnapshot {
         StoredSnapshot {
             meta: SnapshotMeta {
                 last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
