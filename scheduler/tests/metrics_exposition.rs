@@ -36,7 +36,7 @@ fn gang(
     let mut pg = PodGroup::new(ObjectKey::new("ml", group), pods.len() as u32);
     pg.queue = queue.to_string();
     pg.creation_index = created_ms;
-    snapshot.pod_groups.push(pg);
+    snapshot.pod_groups.push(Arc::new(pg));
     for (i, req) in pods.iter().enumerate() {
         let mut pod = Pod::new(ObjectKey::new("ml", format!("{group}-{i}")), res(req));
         pod.group = Some(group.to_string());
@@ -76,7 +76,7 @@ fn cluster(with_big: bool) -> ClusterSnapshot {
     if with_big {
         gang(&mut s, "big", "prod", 100, &[&eight, &eight]);
         // More than the cluster has: `enqueue` never admits it, so it stays Pending.
-        let big = s.pod_groups.last_mut().expect("just added");
+        let big = Arc::make_mut(s.pod_groups.last_mut().expect("just added"));
         big.min_resources = Some(res(&[("nvidia.com/gpu", 16)]));
     }
     s

@@ -22,7 +22,7 @@ pub struct ClusterSnapshot {
     /// Shared with the cluster's cache: a snapshot costs a reference count per object.
     pub nodes: Vec<Arc<Node>>,
     pub pods: Vec<Arc<Pod>>,
-    pub pod_groups: Vec<PodGroup>,
+    pub pod_groups: Vec<Arc<PodGroup>>,
     pub queues: Vec<Queue>,
     pub priority_classes: Vec<PriorityClass>,
 }

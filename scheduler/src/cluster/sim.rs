@@ -10,7 +10,7 @@
 //!   PodGroup starts when it is bound.
 //! - Time is simulated: it moves only when the driver calls [`SimCluster::advance_to`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
@@ -23,12 +23,14 @@ use crate::model::{
 pub struct SimCluster {
     now_ms: TimeMs,
     nodes: Vec<Arc<Node>>,
+    /// The nodes' names: a bind checks its node without a scan of every node.
+    node_names: HashSet<String>,
     pods: BTreeMap<ObjectKey, Arc<Pod>>,
-    pod_groups: BTreeMap<ObjectKey, PodGroup>,
+    pod_groups: BTreeMap<ObjectKey, Arc<PodGroup>>,
     queues: Vec<Queue>,
     priority_classes: Vec<PriorityClass>,
-    /// When each running pod's work started (its gang became complete).
-    work_started_ms: HashMap<ObjectKey, TimeMs>,
+    /// The work clocks of running pods whose gang became complete.
+    work: WorkClocks,
     /// Pods bound during this run (not those that were already running at the start).
     bound_here: BTreeSet<ObjectKey>,
     evicted: BTreeSet<ObjectKey>,
@@ -52,12 +54,16 @@ impl SimCluster {
         priority_classes: Vec<PriorityClass>,
     ) -> Self {
         let mut sim = SimCluster {
+            node_names: nodes.iter().map(|n| n.name.clone()).collect(),
             nodes: nodes.into_iter().map(Arc::new).collect(),
             pods: pods
                 .into_iter()
                 .map(|p| (p.key.clone(), Arc::new(p)))
                 .collect(),
-            pod_groups: pod_groups.into_iter().map(|g| (g.key.clone(), g)).collect(),
+            pod_groups: pod_groups
+                .into_iter()
+                .map(|g| (g.key.clone(), Arc::new(g)))
+                .collect(),
             queues,
             priority_classes,
             ..Default::default()
@@ -88,11 +94,11 @@ impl SimCluster {
     }
 
     pub fn pod_groups(&self) -> impl Iterator<Item = &PodGroup> {
-        self.pod_groups.values()
+        self.pod_groups.values().map(|g| g.as_ref())
     }
 
     pub fn pod_group(&self, key: &ObjectKey) -> Option<&PodGroup> {
-        self.pod_groups.get(key)
+        self.pod_groups.get(key).map(|g| g.as_ref())
     }
 
     pub fn queues(&self) -> &[Queue] {
@@ -127,7 +133,7 @@ impl SimCluster {
 
     /// True when the pod holds a node and its work has started (its gang is complete).
     pub fn is_working(&self, pod: &ObjectKey) -> bool {
-        self.work_started_ms.contains_key(pod)
+        self.work.is_started(pod)
             && self
                 .pods
                 .get(pod)
@@ -137,10 +143,14 @@ impl SimCluster {
     /// Adds objects to the running cluster (a workload that arrives later).
     pub fn add(&mut self, pods: Vec<Pod>, pod_groups: Vec<PodGroup>) {
         for g in pod_groups {
-            self.pod_groups.insert(g.key.clone(), g);
+            self.pod_groups.insert(g.key.clone(), Arc::new(g));
         }
         for p in pods {
-            self.pods.insert(p.key.clone(), Arc::new(p));
+            let key = p.key.clone();
+            if let Some(old) = self.pods.insert(key.clone(), Arc::new(p)) {
+                // A new object under an old name starts no clock of the old one's.
+                self.work.stop(&key, old.sim_duration_ms);
+            }
         }
     }
 
@@ -162,16 +172,7 @@ impl SimCluster {
     /// The next moment a running pod finishes or a terminating pod is gone, if any.
     pub fn next_event_ms(&self) -> Option<TimeMs> {
         let gone = self.terminating_until.values().min().copied();
-        let finished = self
-            .work_started_ms
-            .iter()
-            .filter_map(|(key, start)| {
-                let pod = self.pods.get(key)?;
-                (pod.phase == PodPhase::Running)
-                    .then(|| pod.sim_duration_ms.map(|d| start.saturating_add(d)))
-                    .flatten()
-            })
-            .min();
+        let finished = self.work.next_finish_ms();
         match (gone, finished) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -186,7 +187,7 @@ impl SimCluster {
             for pod in self.pods.values().filter(|p| p.occupies_node()) {
                 let gpu_ms = u128::try_from(pod.requests.gpus()).unwrap_or(0) * elapsed;
                 self.gpu_ms_held += gpu_ms;
-                if self.work_started_ms.contains_key(&pod.key) {
+                if self.work.is_started(&pod.key) {
                     self.gpu_ms_working += gpu_ms;
                 }
             }
@@ -205,17 +206,13 @@ impl SimCluster {
             self.gone.push(key);
         }
         let mut finished = Vec::new();
-        for (key, start) in &self.work_started_ms {
-            let Some(pod) = self.pods.get_mut(key) else {
-                continue;
-            };
-            if pod.phase == PodPhase::Running
-                && pod
-                    .sim_duration_ms
-                    .is_some_and(|d| start.saturating_add(d) <= now)
+        while let Some(key) = self.work.pop_due(now) {
+            // Only running pods have a clock (eviction stops it).
+            if let Some(pod) = self.pods.get_mut(&key)
+                && pod.phase == PodPhase::Running
             {
                 Arc::make_mut(pod).phase = PodPhase::Succeeded;
-                finished.push(key.clone());
+                finished.push(key);
             }
         }
         self.start_complete_gangs();
@@ -225,35 +222,95 @@ impl SimCluster {
 
     /// Starts the work clock of running pods whose gang is complete.
     fn start_complete_gangs(&mut self) {
-        let mut running_per_group: HashMap<ObjectKey, u32> = HashMap::new();
+        // Running pods whose work has not started: the pods bound since the last call, and
+        // those of gangs still incomplete. Usually few, so the group counts below are made
+        // only when there is one.
+        let waiting: Vec<&Arc<Pod>> = self
+            .pods
+            .values()
+            .filter(|p| {
+                p.phase == PodPhase::Running && !p.terminating && !self.work.is_started(&p.key)
+            })
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        let mut running_per_group: HashMap<(&str, &str), u32> = HashMap::new();
         for pod in self.pods.values() {
             if let Some(group) = &pod.group
                 && matches!(pod.phase, PodPhase::Running | PodPhase::Succeeded)
             {
                 *running_per_group
-                    .entry(ObjectKey::new(&pod.key.namespace, group))
+                    .entry((&pod.key.namespace, group))
                     .or_insert(0) += 1;
             }
         }
-        for pod in self.pods.values() {
-            if pod.phase != PodPhase::Running
-                || pod.terminating
-                || self.work_started_ms.contains_key(&pod.key)
-            {
-                continue;
-            }
-            let complete = match &pod.group {
+        let starting: Vec<(ObjectKey, Option<TimeMs>)> = waiting
+            .into_iter()
+            .filter(|pod| match &pod.group {
                 None => true,
                 Some(group) => {
+                    let running = running_per_group
+                        .get(&(pod.key.namespace.as_str(), group.as_str()))
+                        .copied()
+                        .unwrap_or(0);
                     let key = ObjectKey::new(&pod.key.namespace, group);
                     let min = self.pod_groups.get(&key).map_or(1, |g| g.min_member);
-                    running_per_group.get(&key).copied().unwrap_or(0) >= min
+                    running >= min
                 }
-            };
-            if complete {
-                self.work_started_ms.insert(pod.key.clone(), self.now_ms);
-            }
+            })
+            .map(|pod| (pod.key.clone(), pod.sim_duration_ms))
+            .collect();
+        for (key, duration) in starting {
+            self.work.start(key, self.now_ms, duration);
         }
+    }
+}
+
+/// When each working pod's work started, and the pods that have a run time by when they
+/// finish, so that the next finish and the pods due are found without a scan of every pod
+/// that ever ran. A pod's clock is dropped when it finishes or is evicted.
+#[derive(Debug, Default)]
+struct WorkClocks {
+    started_ms: HashMap<ObjectKey, TimeMs>,
+    finishing: BTreeSet<(TimeMs, ObjectKey)>,
+}
+
+impl WorkClocks {
+    fn is_started(&self, pod: &ObjectKey) -> bool {
+        self.started_ms.contains_key(pod)
+    }
+
+    fn start(&mut self, pod: ObjectKey, now_ms: TimeMs, duration: Option<TimeMs>) {
+        if let Some(d) = duration {
+            self.finishing
+                .insert((now_ms.saturating_add(d), pod.clone()));
+        }
+        self.started_ms.insert(pod, now_ms);
+    }
+
+    /// Drops the pod's clock; `duration` is the run time it was started with.
+    fn stop(&mut self, pod: &ObjectKey, duration: Option<TimeMs>) {
+        if let Some(start) = self.started_ms.remove(pod)
+            && let Some(d) = duration
+        {
+            self.finishing
+                .remove(&(start.saturating_add(d), pod.clone()));
+        }
+    }
+
+    fn next_finish_ms(&self) -> Option<TimeMs> {
+        self.finishing.first().map(|&(end, _)| end)
+    }
+
+    /// The next pod whose run time is over at `now_ms`, its clock dropped.
+    fn pop_due(&mut self, now_ms: TimeMs) -> Option<ObjectKey> {
+        if self.next_finish_ms()? > now_ms {
+            return None;
+        }
+        let (_, pod) = self.finishing.pop_first()?;
+        self.started_ms.remove(&pod);
+        Some(pod)
     }
 }
 
@@ -271,7 +328,7 @@ impl Cluster for SimCluster {
 
     fn bind(&mut self, pod: &ObjectKey, node: &str) -> Result<(), ClusterError> {
         self.bind_calls += 1;
-        if !self.nodes.iter().any(|n| n.name == node) {
+        if !self.node_names.contains(node) {
             return Err(ClusterError::NotFound {
                 kind: "node",
                 key: node.to_string(),
@@ -312,7 +369,7 @@ impl Cluster for SimCluster {
                 kind: "podgroup",
                 key: key.to_string(),
             })?;
-        group.status = status.clone();
+        Arc::make_mut(group).status = status.clone();
         Ok(())
     }
 
@@ -331,7 +388,7 @@ impl Cluster for SimCluster {
                 key: pod.to_string(),
             });
         };
-        self.work_started_ms.remove(pod);
+        self.work.stop(pod, p.sim_duration_ms);
         self.evicted.insert(pod.clone());
         match p.termination_grace_ms.filter(|&g| g > 0) {
             _ if p.terminating => {}
@@ -353,5 +410,86 @@ impl SimCluster {
     /// Call after a bind round: pods of gangs that just became complete start working.
     pub fn settle(&mut self) {
         self.start_complete_gangs();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Resources;
+
+    fn pod(name: &str, group: Option<&str>, run_ms: TimeMs) -> Pod {
+        let mut p = Pod::new(ObjectKey::new("ns", name), Resources::new());
+        p.group = group.map(str::to_string);
+        p.sim_duration_ms = Some(run_ms);
+        p
+    }
+
+    fn cluster(pods: Vec<Pod>, groups: Vec<PodGroup>) -> SimCluster {
+        let node = Node::new("node-0", Resources::new());
+        SimCluster::new(vec![node], pods, groups, Vec::new(), Vec::new())
+    }
+
+    /// A gang's pods start their clocks together, once the whole gang runs, and finish
+    /// once, at the time their run time says.
+    #[test]
+    fn a_gang_starts_work_when_complete_and_each_pod_finishes_once_on_time() {
+        let gang = PodGroup::new(ObjectKey::new("ns", "g"), 2);
+        let pods = vec![pod("g-0", Some("g"), 5_000), pod("g-1", Some("g"), 7_000)];
+        let mut sim = cluster(pods, vec![gang]);
+        let (g0, g1) = (ObjectKey::new("ns", "g-0"), ObjectKey::new("ns", "g-1"));
+        sim.bind(&g0, "node-0").unwrap();
+        sim.settle();
+        assert!(!sim.is_working(&g0) && sim.next_event_ms().is_none());
+        sim.advance_to(1_000);
+        sim.bind(&g1, "node-0").unwrap();
+        sim.settle();
+        assert!(sim.is_working(&g0) && sim.is_working(&g1));
+        assert_eq!(sim.next_event_ms(), Some(6_000));
+        assert!(sim.advance_to(5_999).is_empty());
+        assert_eq!(sim.advance_to(6_000), std::slice::from_ref(&g0));
+        assert_eq!(sim.next_event_ms(), Some(8_000));
+        assert_eq!(sim.advance_to(9_000), [g1]);
+        assert!(sim.next_event_ms().is_none() && sim.advance_to(20_000).is_empty());
+        assert_eq!(sim.pod(&g0).map(|p| p.phase), Some(PodPhase::Succeeded));
+    }
+
+    /// An evicted pod's finish is no longer an event: the driver would otherwise wake at a
+    /// time when nothing happens, and a run's cycles would shift.
+    #[test]
+    fn an_evicted_pods_finish_is_no_longer_the_next_event() {
+        let mut sim = cluster(vec![pod("a", None, 5_000), pod("b", None, 8_000)], vec![]);
+        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
+        sim.bind(&a, "node-0").unwrap();
+        sim.bind(&b, "node-0").unwrap();
+        sim.settle();
+        assert_eq!(sim.next_event_ms(), Some(5_000));
+        sim.evict(&a, "test").unwrap();
+        assert_eq!(sim.next_event_ms(), Some(8_000));
+        assert_eq!(sim.advance_to(8_000), [b]);
+        assert_eq!(sim.take_gone(), [a]);
+    }
+
+    /// A pod object replaced under the same name (a workload that arrives later) does not
+    /// inherit the old one's clock: it finishes its own run time after its own start.
+    #[test]
+    fn a_replaced_pod_does_not_inherit_the_old_ones_clock() {
+        let mut sim = cluster(vec![pod("a", None, 5_000)], vec![]);
+        let a = ObjectKey::new("ns", "a");
+        sim.bind(&a, "node-0").unwrap();
+        sim.settle();
+        sim.advance_to(4_000);
+        sim.add(vec![pod("a", None, 3_000)], vec![]);
+        assert!(sim.next_event_ms().is_none() && sim.advance_to(5_000).is_empty());
+        sim.bind(&a, "node-0").unwrap();
+        sim.settle();
+        assert_eq!(sim.next_event_ms(), Some(8_000));
+    }
+
+    #[test]
+    fn a_bind_to_a_node_that_does_not_exist_is_refused_naming_it() {
+        let mut sim = cluster(vec![pod("a", None, 5_000)], vec![]);
+        let e = sim.bind(&ObjectKey::new("ns", "a"), "node-9").unwrap_err();
+        assert!(e.to_string().contains("node-9"), "{e}");
     }
 }

@@ -451,7 +451,7 @@ mod tests {
         // Running gang, whose pod is bound: only the refused one is traced again.
         for (key, status) in plan.status_updates {
             let pg = snapshot.pod_groups.iter_mut().find(|g| g.key == key);
-            pg.expect("a status for a known PodGroup").status = status;
+            Arc::make_mut(pg.expect("a status for a known PodGroup")).status = status;
         }
         let (second, _) = spans_of_one_cycle(&snapshot);
         assert_eq!(gangs(&second), ["default/too-big"], "{second:?}");

@@ -163,7 +163,8 @@ impl TaskInfo {
 
 #[derive(Clone, Debug)]
 pub struct JobInfo {
-    pub pod_group: PodGroup,
+    /// Shared with the snapshot: opening a session copies no PodGroup.
+    pub pod_group: Arc<PodGroup>,
     /// A job made up for a pod without a PodGroup (Volcano's "shadow" PodGroup); its status
     /// is never written anywhere.
     pub shadow: bool,
@@ -580,7 +581,7 @@ impl SessionState {
         };
 
         let mut job_index = JobIndex::default();
-        let mut groups: Vec<&PodGroup> = snapshot.pod_groups.iter().collect();
+        let mut groups: Vec<&Arc<PodGroup>> = snapshot.pod_groups.iter().collect();
         groups.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
         for group in groups {
             let id = state.add_job(group.clone(), false);
@@ -600,7 +601,7 @@ impl SessionState {
         state
     }
 
-    fn add_job(&mut self, pod_group: PodGroup, shadow: bool) -> JobId {
+    fn add_job(&mut self, pod_group: Arc<PodGroup>, shadow: bool) -> JobId {
         let id = self.jobs.len();
         let queue = self.queue_index.get(&pod_group.queue).copied();
         if let Some(q) = queue {
@@ -640,7 +641,7 @@ impl SessionState {
         let mut orphan = PodGroup::new(key.clone(), 1);
         orphan.creation_index = pod.creation_index;
         orphan.status.phase = PodGroupPhase::Inqueue;
-        let id = self.add_job(orphan, true);
+        let id = self.add_job(Arc::new(orphan), true);
         // In no queue: the missing PodGroup names the queue, and its pods must not add to
         // the default queue's request (the proportion plugin's deserved share), nor be
         // ordered with its jobs. Volcano leaves such pods out of its snapshot.
@@ -697,7 +698,7 @@ impl SessionState {
                 shadow.priority_class_name = pod.priority_class_name.clone();
                 shadow.creation_index = pod.creation_index;
                 shadow.status.phase = PodGroupPhase::Inqueue;
-                let id = self.add_job(shadow, true);
+                let id = self.add_job(Arc::new(shadow), true);
                 job_index.insert(pod.key.clone(), id);
                 Some(id)
             }

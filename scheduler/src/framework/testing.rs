@@ -85,7 +85,7 @@ impl Cluster {
 
     pub fn group_with(mut self, mut group: PodGroup) -> Self {
         group.creation_index = self.index();
-        self.snapshot.pod_groups.push(group);
+        self.snapshot.pod_groups.push(Arc::new(group));
         self
     }
 

@@ -5,6 +5,7 @@
 //! its old phase's series behind (the seed's alert would keep firing on it).
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::framework::{CyclePlan, Session, SessionState};
 use crate::model::{
@@ -202,7 +203,7 @@ fn podgroups(session: &Session, plan: &CyclePlan, out: &mut StateSeries) {
         }
         let mut after = job.clone();
         if let Some(status) = updated.get(job.key()) {
-            after.pod_group.status = (*status).clone();
+            Arc::make_mut(&mut after.pod_group).status = (*status).clone();
         }
         let since = phase_since_ms(&after);
         let seconds = state.now_ms.saturating_sub(since) as f64 / 1000.0;

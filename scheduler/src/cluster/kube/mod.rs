@@ -170,6 +170,9 @@ struct Stores {
 struct Converted {
     nodes: HashMap<String, (String, Arc<Node>)>,
     pods: HashMap<String, (String, Arc<Pod>)>,
+    /// PodGroups by key, with the resourceVersion they were converted at: a PodGroup is
+    /// parsed once per version, not every cycle.
+    pod_groups: HashMap<ObjectKey, (String, Arc<PodGroup>)>,
     /// Objects left out or read with a caveat: told once per version.
     warnings: ObjectWarnings,
     /// The pods told about their skipped PodGroup, per group (bounded per group).
@@ -610,50 +613,84 @@ impl KubeCluster {
     /// The PodGroups that read, with the statuses written here that the cache lags on, and
     /// those skipped.
     fn read_pod_groups(
-        &self,
+        objects: &[Arc<DynamicObject>],
         converted: &mut Converted,
         overlay: &mut Overlay,
-    ) -> (Vec<PodGroup>, SkippedGroups) {
+    ) -> (Vec<Arc<PodGroup>>, SkippedGroups) {
         let mut groups = BTreeMap::new();
         let mut skipped = SkippedGroups::new();
-        for obj in self.stores.pod_groups.state() {
-            let mut caveats = Vec::new();
-            // Built only for a warning: this loop runs over every PodGroup each cycle.
-            let regarding = || {
-                Regarding::PodGroup(ObjectKey::new(
-                    obj.metadata.namespace.as_deref().unwrap_or("default"),
-                    obj.metadata.name.as_deref().unwrap_or(""),
-                ))
+        for obj in objects {
+            let key = ObjectKey::new(
+                obj.metadata.namespace.as_deref().unwrap_or("default"),
+                obj.metadata.name.as_deref().unwrap_or(""),
+            );
+            let rv = obj.metadata.resource_version.as_deref().unwrap_or_default();
+            let group = match converted.pod_groups.get(&key) {
+                Some((seen, group)) if seen == rv => group.clone(),
+                _ => match Self::convert_pod_group(converted, obj, &key) {
+                    Ok(group) => {
+                        let group = Arc::new(group);
+                        let entry = (rv.to_string(), group.clone());
+                        converted.pod_groups.insert(key.clone(), entry);
+                        group
+                    }
+                    Err(e) => {
+                        skipped.insert(key, (e, version_of(&obj.metadata).to_string()));
+                        continue;
+                    }
+                },
             };
-            match pod_group_from_dynamic(&obj, &mut caveats) {
-                Ok(mut group) => {
-                    if !caveats.is_empty() {
-                        Self::tell_caveats(converted, (&regarding(), &obj.metadata), caveats);
-                    }
-                    if let Some((written_rv, status)) = overlay.status.get(&group.key) {
-                        if rv_number(&obj.metadata) < *written_rv {
-                            group.status = status.clone();
-                        } else {
-                            overlay.status.remove(&group.key);
-                        }
-                    }
-                    groups.insert(group.key.clone(), group);
+            groups.insert(key, Self::overlay_status(overlay, &obj.metadata, group));
+        }
+        converted.pod_groups.retain(|k, _| groups.contains_key(k));
+        (groups.into_values().collect(), skipped)
+    }
+
+    /// One PodGroup converted, its caveats told; a PodGroup that cannot be read is told
+    /// as skipped and its error returned.
+    fn convert_pod_group(
+        converted: &mut Converted,
+        obj: &DynamicObject,
+        key: &ObjectKey,
+    ) -> Result<PodGroup, String> {
+        let mut caveats = Vec::new();
+        let regarding = || Regarding::PodGroup(key.clone());
+        match pod_group_from_dynamic(obj, &mut caveats) {
+            Ok(group) => {
+                if !caveats.is_empty() {
+                    Self::tell_caveats(converted, (&regarding(), &obj.metadata), caveats);
                 }
-                Err(e) => {
-                    let version = version_of(&obj.metadata).to_string();
-                    if let Regarding::PodGroup(key) = regarding() {
-                        skipped.insert(key, (e.to_string(), version));
-                    }
-                    Self::tell_skipped(
-                        converted,
-                        (regarding(), &obj.metadata),
-                        &e,
-                        "its pods are not placed until it is fixed",
-                    );
-                }
+                Ok(group)
+            }
+            Err(e) => {
+                Self::tell_skipped(
+                    converted,
+                    (regarding(), &obj.metadata),
+                    &e,
+                    "its pods are not placed until it is fixed",
+                );
+                Err(e.to_string())
             }
         }
-        (groups.into_values().collect(), skipped)
+    }
+
+    /// The status written here while the cache still shows an older version of the
+    /// PodGroup; the overlay entry goes once the cache has caught up.
+    fn overlay_status(
+        overlay: &mut Overlay,
+        meta: &ObjectMeta,
+        group: Arc<PodGroup>,
+    ) -> Arc<PodGroup> {
+        let Some((written_rv, status)) = overlay.status.get(&group.key) else {
+            return group;
+        };
+        if rv_number(meta) < *written_rv {
+            let mut shown = (*group).clone();
+            shown.status = status.clone();
+            return Arc::new(shown);
+        }
+        overlay.status.remove(&group.key);
+        group
     }
 
     /// The Queues that read, sorted by name, with the implicit `default` queue.
@@ -954,7 +991,8 @@ impl Cluster for KubeCluster {
         self.leave_out_nodes_past_the_totals(&mut out.nodes, &mut converted);
 
         // Before the pods: a pending pod of a skipped PodGroup is told so.
-        let (pod_groups, skipped) = self.read_pod_groups(&mut converted, &mut overlay);
+        let objects = self.stores.pod_groups.state();
+        let (pod_groups, skipped) = Self::read_pod_groups(&objects, &mut converted, &mut overlay);
         out.pod_groups = pod_groups;
         let mut of_skipped = BTreeMap::new();
         let mut live = HashSet::new();
@@ -1157,6 +1195,57 @@ mod tests {
             ..ObjectMeta::default()
         };
         (pod, meta)
+    }
+
+    /// A PodGroup is parsed once per resourceVersion and shared by every snapshot until it
+    /// changes; a status written here shows until the cache has caught up with it; a
+    /// PodGroup that cannot be read is skipped alone.
+    #[test]
+    fn a_pod_group_is_converted_once_per_version_and_a_status_written_here_shows_until_seen() {
+        let group = |name: &str, rv: &str, min: i64| {
+            let value = serde_json::json!({
+                "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+                "spec": {"minMember": min},
+            });
+            Arc::new(serde_json::from_value::<DynamicObject>(value).expect("an object"))
+        };
+        let (mut converted, mut overlay) = (Converted::default(), Overlay::default());
+        let mut read = |objects: &[Arc<DynamicObject>], overlay: &mut Overlay| {
+            KubeCluster::read_pod_groups(objects, &mut converted, overlay)
+        };
+        let v5 = [
+            group("a", "5", 2),
+            group("broken", "6", -3),
+            group("b", "5", 1),
+        ];
+        let (first, skipped) = read(&v5, &mut overlay);
+        let keys: Vec<String> = first.iter().map(|g| g.key.to_string()).collect();
+        assert_eq!(keys, ["ns/a", "ns/b"]);
+        let why = &skipped[&ObjectKey::new("ns", "broken")];
+        assert!(why.0.contains("spec.minMember") && why.1 == "6", "{why:?}");
+        // The same versions again: the same converted objects, shared.
+        let (second, _) = read(&v5, &mut overlay);
+        assert!(first.iter().zip(&second).all(|(a, b)| Arc::ptr_eq(a, b)));
+        // A status written here (the write returned version 9) shows over version 5 ...
+        let written = PodGroupStatus {
+            phase: crate::model::PodGroupPhase::Inqueue,
+            ..PodGroupStatus::default()
+        };
+        overlay
+            .status
+            .insert(ObjectKey::new("ns", "a"), (9, written.clone()));
+        let (shown, _) = read(&v5, &mut overlay);
+        assert_eq!(shown[0].status, written);
+        assert!(Arc::ptr_eq(&shown[1], &first[1]));
+        // ... and goes once the cache shows version 9: a new version is converted anew.
+        let v9 = [group("a", "9", 2), group("b", "5", 1)];
+        let (seen, skipped) = read(&v9, &mut overlay);
+        assert!(overlay.status.is_empty() && skipped.is_empty());
+        assert!(!Arc::ptr_eq(&seen[0], &first[0]) && Arc::ptr_eq(&seen[1], &first[1]));
+        // A deleted PodGroup leaves the conversion cache.
+        let (_, _) = read(&v9[1..], &mut overlay);
+        assert_eq!(converted.pod_groups.len(), 1);
     }
 
     #[test]
