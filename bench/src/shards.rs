@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use phalanx_scheduler::framework::{HomePool, SchedulerConf};
 use phalanx_scheduler::ledger::start_ledger;
+use phalanx_scheduler::model::ObjectKey;
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use phalanx_scheduler::simulate::driver::{DriverOptions, drive_with};
 use phalanx_scheduler::simulate::sharded::ShardOptions;
@@ -164,6 +165,7 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
             &outcome.ledger_errors[..outcome.ledger_errors.len().min(3)]
         );
     }
+    tell_pending(&outcome.pending);
     let report = outcome.shards.clone().unwrap_or_default();
     let binds = outcome.total_binds();
     let mut lat = report.txn_decision_ms.clone();
@@ -200,6 +202,20 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
     })
+}
+
+/// Why gangs were still pending when the run went quiet: the commonest reasons first, each
+/// with one gang it holds back, on stderr (the table keeps the count only).
+fn tell_pending(pending: &[(ObjectKey, String)]) {
+    let mut by_reason: BTreeMap<&str, (usize, &ObjectKey)> = BTreeMap::new();
+    for (gang, why) in pending {
+        by_reason.entry(why).or_insert((0, gang)).0 += 1;
+    }
+    let mut reasons: Vec<_> = by_reason.into_iter().collect();
+    reasons.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+    for (why, (count, gang)) in reasons.iter().take(5) {
+        eprintln!("pending at the end: {count} gang(s), e.g. {gang}: {why}");
+    }
 }
 
 pub fn run(b: &ShardBench) -> Result<()> {
