@@ -20,7 +20,7 @@ use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState};
 
 use crate::cluster::sim::SimCluster;
 use crate::framework::CyclePlan;
-use crate::model::{ObjectKey, Resources};
+use crate::model::Resources;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -84,17 +84,11 @@ pub fn check_no_double_booking(sim: &SimCluster) -> Vec<Violation> {
 
 /// I2. Counts pods that hold or held a node (bound, running or finished).
 pub fn check_gang_atomicity(sim: &SimCluster) -> Vec<Violation> {
-    let mut placed: HashMap<ObjectKey, u32> = HashMap::new();
-    for pod in sim.pods() {
-        if let (Some(group), Some(_)) = (&pod.group, &pod.node_name) {
-            *placed
-                .entry(ObjectKey::new(&pod.key.namespace, group))
-                .or_default() += 1;
-        }
-    }
+    let placed = sim.pods_per_group(|p| p.node_name.is_some());
     let mut out = Vec::new();
     for group in sim.pod_groups() {
-        let n = placed.get(&group.key).copied().unwrap_or(0);
+        let key = (group.key.namespace.as_str(), group.key.name.as_str());
+        let n = placed.get(&key).copied().unwrap_or(0);
         if n > 0 && n < group.min_member {
             out.push(Violation {
                 invariant: "I2 gang atomicity",
@@ -180,4 +174,39 @@ pub fn check_no_leaked_reservation(state: &LedgerState) -> Vec<Violation> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::model::{Node, ObjectKey, Pod, PodGroup};
+
+    /// A planted partial gang (one of two pods bound) is caught, named; the whole gang,
+    /// and a gang with nothing placed, are not violations.
+    #[test]
+    fn i2_catches_a_planted_partial_gang_and_passes_a_whole_one() {
+        let node = Node::new("node-0", Resources::new());
+        let pods = ["t-0", "t-1"].map(|name| {
+            let mut p = Pod::new(ObjectKey::new("ns", name), Resources::new());
+            p.group = Some("train".to_string());
+            p
+        });
+        let gangs = vec![
+            PodGroup::new(ObjectKey::new("ns", "train"), 2),
+            PodGroup::new(ObjectKey::new("ns", "idle"), 3),
+        ];
+        let mut sim = SimCluster::new(vec![node], pods.into(), gangs, Vec::new(), Vec::new());
+        assert!(check_gang_atomicity(&sim).is_empty());
+        sim.bind(&ObjectKey::new("ns", "t-0"), "node-0").unwrap();
+        let found = check_gang_atomicity(&sim);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].invariant, "I2 gang atomicity");
+        assert!(
+            found[0].detail.contains("ns/train: 1 of minMember 2"),
+            "{found:?}"
+        );
+        sim.bind(&ObjectKey::new("ns", "t-1"), "node-0").unwrap();
+        assert!(check_gang_atomicity(&sim).is_empty());
+    }
 }

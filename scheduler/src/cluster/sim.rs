@@ -154,6 +154,20 @@ impl SimCluster {
         }
     }
 
+    /// Per gang, by (namespace, PodGroup name) borrowed from the pods: how many of its pods
+    /// `counts`. Gangs with none are absent.
+    pub fn pods_per_group(&self, counts: impl Fn(&Pod) -> bool) -> HashMap<(&str, &str), u32> {
+        let mut out: HashMap<(&str, &str), u32> = HashMap::new();
+        for pod in self.pods.values() {
+            if let Some(group) = &pod.group
+                && counts(pod)
+            {
+                *out.entry((&pod.key.namespace, group)).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
     /// How many pods were evicted so far.
     pub fn evicted_count(&self) -> usize {
         self.evicted.len()
@@ -235,16 +249,8 @@ impl SimCluster {
         if waiting.is_empty() {
             return;
         }
-        let mut running_per_group: HashMap<(&str, &str), u32> = HashMap::new();
-        for pod in self.pods.values() {
-            if let Some(group) = &pod.group
-                && matches!(pod.phase, PodPhase::Running | PodPhase::Succeeded)
-            {
-                *running_per_group
-                    .entry((&pod.key.namespace, group))
-                    .or_insert(0) += 1;
-            }
-        }
+        let running_per_group =
+            self.pods_per_group(|p| matches!(p.phase, PodPhase::Running | PodPhase::Succeeded));
         let starting: Vec<(ObjectKey, Option<TimeMs>)> = waiting
             .into_iter()
             .filter(|pod| match &pod.group {
