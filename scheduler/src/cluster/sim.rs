@@ -492,6 +492,33 @@ mod tests {
         assert_eq!(sim.next_event_ms(), Some(8_000));
     }
 
+    /// Pods already running in the loaded workload start their clocks with the cluster; a
+    /// running pod of an incomplete gang waits without one.
+    #[test]
+    fn pods_running_when_the_cluster_is_made_start_their_clocks_if_their_gang_is_whole() {
+        let running = |name: &str, group: Option<&str>| {
+            let mut p = pod(name, group, 5_000);
+            p.node_name = Some("node-0".into());
+            p.phase = PodPhase::Running;
+            p
+        };
+        let gang = PodGroup::new(ObjectKey::new("ns", "g"), 2);
+        let pods = vec![
+            running("solo", None),
+            running("g-0", Some("g")),
+            pod("g-1", Some("g"), 5_000),
+        ];
+        let mut sim = cluster(pods, vec![gang]);
+        let (solo, g0) = (ObjectKey::new("ns", "solo"), ObjectKey::new("ns", "g-0"));
+        assert!(sim.is_working(&solo) && !sim.is_working(&g0));
+        assert_eq!(sim.next_event_ms(), Some(5_000));
+        sim.advance_to(2_000);
+        sim.bind(&ObjectKey::new("ns", "g-1"), "node-0").unwrap();
+        sim.settle();
+        assert!(sim.is_working(&g0));
+        assert_eq!(sim.advance_to(7_000).len(), 3);
+    }
+
     #[test]
     fn a_bind_to_a_node_that_does_not_exist_is_refused_naming_it() {
         let mut sim = cluster(vec![pod("a", None, 5_000)], vec![]);
