@@ -640,7 +640,14 @@ impl KubeCluster {
                     }
                 },
             };
-            groups.insert(key, Self::overlay_status(overlay, &obj.metadata, group));
+            let shown = Self::overlay_status(overlay, &obj.metadata, group.clone());
+            if !Arc::ptr_eq(&shown, &group) {
+                // Kept as this version's conversion, so the copy is made once, not every
+                // cycle the cache lags (the overlay outlives this version: see below).
+                let entry = (rv.to_string(), shown.clone());
+                converted.pod_groups.insert(key.clone(), entry);
+            }
+            groups.insert(key, shown);
         }
         converted.pod_groups.retain(|k, _| groups.contains_key(k));
         (groups.into_values().collect(), skipped)
@@ -675,7 +682,8 @@ impl KubeCluster {
     }
 
     /// The status written here while the cache still shows an older version of the
-    /// PodGroup; the overlay entry goes once the cache has caught up.
+    /// PodGroup; the overlay entry goes once the cache has caught up, which is a newer
+    /// version, so a copy kept for the older one is never shown after that.
     fn overlay_status(
         overlay: &mut Overlay,
         meta: &ObjectMeta,
@@ -685,6 +693,9 @@ impl KubeCluster {
             return group;
         };
         if rv_number(meta) < *written_rv {
+            if group.status == *status {
+                return group;
+            }
             let mut shown = (*group).clone();
             shown.status = status.clone();
             return Arc::new(shown);
@@ -1238,6 +1249,9 @@ mod tests {
         let (shown, _) = read(&v5, &mut overlay);
         assert_eq!(shown[0].status, written);
         assert!(Arc::ptr_eq(&shown[1], &first[1]));
+        // ... copied once, not every cycle the cache lags.
+        let (again, _) = read(&v5, &mut overlay);
+        assert!(Arc::ptr_eq(&again[0], &shown[0]) && again[0].status == written);
         // ... and goes once the cache shows version 9: a new version is converted anew.
         let v9 = [group("a", "9", 2), group("b", "5", 1)];
         let (seen, skipped) = read(&v9, &mut overlay);
