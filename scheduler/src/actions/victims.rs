@@ -28,7 +28,7 @@
 //! `preemptionPolicy: Never` never evicts anyone.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::actions::job_blocker;
 use crate::actions::turns::QueueTurns;
@@ -91,9 +91,7 @@ pub fn run(session: &mut Session, mode: Mode) {
     if mode == Mode::Reclaim && starving > 0 {
         session.lend_other_shards_holders();
     }
-    // Candidate victims depend on the preemptor only through its queue (and its priority,
-    // for preempt); whether each is still evictable is checked again when it is used.
-    let mut units_cache: HashMap<(QueueId, i32), Vec<Unit>> = HashMap::new();
+    let mut lists = VictimLists::default();
     let mut reach = Reach::default();
     // Shapes (queue, priority, first pod's placement key, missing members) that found no
     // room: victims only become fewer within the action, so the same shape fails again.
@@ -124,7 +122,7 @@ pub fn run(session: &mut Session, mode: Mode) {
             );
         } else {
             attempts += 1;
-            if !make_room(session, job, mode, &deserved, &mut units_cache, &mut reach) {
+            if !make_room(session, job, mode, &deserved, &mut lists, &mut reach) {
                 failed.insert(shape);
             }
         }
@@ -150,6 +148,60 @@ impl Reach {
         self.idle = None;
         self.held.clear();
     }
+}
+
+/// Candidate victims, listed once per action and filtered per preemptor.
+///
+/// Which units exist and how much harm each does do not depend on the preemptor; only
+/// *which* of them it may take does, through its queue (and its priority, for preempt).
+/// Listing every job's pods once per queue was the largest part of a sustained run's
+/// planning CPU with 64 queues (`docs/benchmarks.md`), so the whole list is built once,
+/// in harm order, and each preemptor's list is a filter of it, which keeps that order.
+/// A preemptor key's list is made when its first gang asks and kept for the action, as
+/// before: whether each unit is still evictable is checked again when it is used.
+#[derive(Default)]
+struct VictimLists {
+    /// Every candidate unit, least harm first, as the session is now; dropped when a
+    /// committed statement changes who holds what.
+    all: Option<Vec<Candidate>>,
+    /// Per preemptor key (queue, and priority for preempt; see [`make_room`]).
+    by_key: HashMap<(QueueId, i32), Vec<Unit>>,
+}
+
+/// A unit with what decides who may take it.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    unit: Unit,
+    queue: QueueId,
+    priority: i32,
+}
+
+impl VictimLists {
+    fn session_changed(&mut self) {
+        self.all = None;
+    }
+
+    /// The candidate units of the preemptor `key` under `mode`, least harm first.
+    fn units(&mut self, session: &Session, key: (QueueId, i32), mode: Mode) -> &[Unit] {
+        let all = &mut self.all;
+        self.by_key.entry(key).or_insert_with(|| {
+            let all = all.get_or_insert_with(|| all_candidates(session));
+            units_for(all, key, mode)
+        })
+    }
+}
+
+/// The units the preemptor `key` may take: strictly lower priority in its own queue
+/// (preempt; equal jobs never take turns, whatever the plugins say), or any other queue's
+/// (reclaim).
+fn units_for(all: &[Candidate], (queue, priority): (QueueId, i32), mode: Mode) -> Vec<Unit> {
+    all.iter()
+        .filter(|c| match mode {
+            Mode::Preempt => c.queue == queue && c.priority < priority,
+            Mode::Reclaim => c.queue != queue,
+        })
+        .map(|c| c.unit)
+        .collect()
 }
 
 /// At most this many gangs try to make room per action and cycle (a bound on the work a
@@ -206,7 +258,7 @@ fn make_room(
     job: JobId,
     mode: Mode,
     deserved: &[Resources],
-    units_cache: &mut HashMap<(QueueId, i32), Vec<Unit>>,
+    lists: &mut VictimLists,
     reach: &mut Reach,
 ) -> bool {
     let tasks: Vec<TaskId> = session.pending_tasks_in_order(job);
@@ -281,12 +333,10 @@ fn make_room(
         record(session, job, &statement, mode);
         statement.commit(session);
         reach.session_changed();
+        lists.session_changed();
         return true;
     }
-    let units = units_cache
-        .entry(key)
-        .or_insert_with(|| victim_units(session, job, mode))
-        .clone();
+    let units = lists.units(session, key, mode).to_vec();
     if units.is_empty() {
         statement.discard(session);
         return false;
@@ -361,6 +411,7 @@ fn make_room(
     record(session, job, &statement, mode);
     statement.commit(session);
     reach.session_changed();
+    lists.session_changed();
     true
 }
 
@@ -482,19 +533,37 @@ fn enough_in_reach(
         }
         sum
     });
-    let held = reach.held.entry(key).or_insert_with(|| {
-        let mut sum = Resources::new();
-        let mut counted = BTreeSet::new();
-        for &unit in units {
-            for v in unit_victims(session, unit) {
-                if counted.insert(v) {
-                    sum.add(state.tasks[v].resreq());
-                }
-            }
-        }
-        sum
-    });
+    let held = reach
+        .held
+        .entry(key)
+        .or_insert_with(|| held_by(session, units));
     need.fits_in_dimensions(&idle.plus(held), &need)
+}
+
+/// What `units`' victims hold, each pod counted once. A spare pod's gang, when it is listed
+/// whole too, already counts that pod: spare pods are distinct, and a gang's victims are
+/// every evictable pod of it, so only the spares of gangs not listed whole are added.
+fn held_by(session: &Session, units: &[Unit]) -> Resources {
+    let state = &session.state;
+    let whole: HashSet<JobId> = units
+        .iter()
+        .filter_map(|u| match u {
+            Unit::Gang(j) => Some(*j),
+            Unit::Spare(_) => None,
+        })
+        .collect();
+    let mut sum = Resources::new();
+    for &unit in units {
+        if let Unit::Spare(t) = unit
+            && state.tasks[t].job.is_some_and(|j| whole.contains(&j))
+        {
+            continue;
+        }
+        for v in unit_victims(session, unit) {
+            sum.add(state.tasks[v].resreq());
+        }
+    }
+    sum
 }
 
 /// How much harm evicting a unit does, smallest first: victim job priority, then its queue's
@@ -503,23 +572,14 @@ fn enough_in_reach(
 /// a job's pods lowest task priority first), GPUs, cpu, newest gang first.
 type HarmKey = (i32, i32, u8, i32, i64, i64, std::cmp::Reverse<u64>);
 
-/// Candidate units for `job`, least harm first.
-fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
+/// Every candidate unit of the session, least harm first, whoever the preemptor.
+fn all_candidates(session: &Session) -> Vec<Candidate> {
     let state = &session.state;
-    let j = &state.jobs[job];
-    let queue = j.queue;
-    let mut keyed: Vec<(HarmKey, Unit)> = Vec::new();
+    let mut keyed: Vec<(HarmKey, Candidate)> = Vec::new();
     for (v, victim) in state.jobs.iter().enumerate() {
-        if victim.queue.is_none() {
+        let Some(queue) = victim.queue else {
             continue;
-        }
-        let same_queue = victim.queue == queue;
-        match mode {
-            // Strictly lower priority, whatever the plugins say: equal jobs never take turns.
-            Mode::Preempt if !same_queue || victim.priority >= j.priority => continue,
-            Mode::Reclaim if same_queue => continue,
-            _ => {}
-        }
+        };
         let mut holding = Vec::new();
         // A gang some of whose pods already finished is not evicted whole: what is left of it
         // is finishing the work.
@@ -547,7 +607,7 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
             continue;
         }
         let created = std::cmp::Reverse(victim.pod_group.creation_index);
-        let queue_priority = victim.queue.map_or(0, |q| state.queues[q].queue.priority);
+        let queue_priority = state.queues[queue].queue.priority;
         let harm = |kind: u8, task_priority: i32, size: &Resources| -> HarmKey {
             (
                 victim.priority,
@@ -559,10 +619,16 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
                 created,
             )
         };
+        let candidate = |unit| Candidate {
+            unit,
+            queue,
+            priority: victim.priority,
+        };
         if victim.ready_count > victim.min_available() {
             for &t in &holding {
                 let task = &state.tasks[t];
-                keyed.push((harm(0, task.priority, task.resreq()), Unit::Spare(t)));
+                let key = harm(0, task.priority, task.resreq());
+                keyed.push((key, candidate(Unit::Spare(t))));
             }
         }
         if !protected {
@@ -570,11 +636,11 @@ fn victim_units(session: &Session, job: JobId, mode: Mode) -> Vec<Unit> {
             for &t in &holding {
                 size.add(state.tasks[t].resreq());
             }
-            keyed.push((harm(1, victim.priority, &size), Unit::Gang(v)));
+            keyed.push((harm(1, victim.priority, &size), candidate(Unit::Gang(v))));
         }
     }
-    keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| unit_order(&a.1, &b.1)));
-    keyed.into_iter().map(|(_, u)| u).collect()
+    keyed.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| unit_order(&a.1.unit, &b.1.unit)));
+    keyed.into_iter().map(|(_, c)| c).collect()
 }
 
 fn unit_order(a: &Unit, b: &Unit) -> Ordering {
@@ -825,6 +891,100 @@ mod tests {
             .find(|t| t.pod.key.name == name)
             .map(|t| t.status)
             .expect("the pod is in the session")
+    }
+
+    /// Queues qa and qb; in qa a low-priority gang with a spare pod (2 running, minMember 1)
+    /// and a high-priority gang; in qb a gang; all running on one node.
+    fn two_queues_running() -> Session {
+        use crate::model::{PodGroup, PreemptionPolicy, PriorityClass, Queue};
+        let group = |name: &str, queue: &str, min: u32, class: &str| {
+            let mut g = PodGroup::new(ObjectKey::new("default", name), min);
+            g.queue = queue.into();
+            g.priority_class_name = Some(class.into());
+            g.status.phase = PodGroupPhase::Running;
+            g
+        };
+        let gpu = [(CPU, 1_000)];
+        let mut snapshot = Cluster::new()
+            .node("n1", &[(CPU, 16_000)])
+            .queue(Queue::new("qa"))
+            .queue(Queue::new("qb"))
+            .group_with(group("a-low", "qa", 1, "low"))
+            .group_with(group("a-high", "qa", 2, "high"))
+            .group_with(group("b", "qb", 1, "low"))
+            .running_pod("a-low-0", Some("a-low"), "n1", &gpu)
+            .running_pod("a-low-1", Some("a-low"), "n1", &gpu)
+            .running_pod("a-high-0", Some("a-high"), "n1", &gpu)
+            .running_pod("a-high-1", Some("a-high"), "n1", &gpu)
+            .running_pod("b-0", Some("b"), "n1", &gpu)
+            .build();
+        for (name, value) in [("low", 10), ("high", 1_000)] {
+            snapshot.priority_classes.push(PriorityClass {
+                name: name.into(),
+                value,
+                global_default: false,
+                preemption_policy: PreemptionPolicy::PreemptLowerPriority,
+            });
+        }
+        let conf = SchedulerConf::from_names(
+            &["enqueue", "allocate", "preempt", "reclaim"],
+            &[&["priority", "gang", "predicates"]],
+        );
+        Session::open(&snapshot, &conf, crate::model::DEFAULT_SCHEDULER_NAME)
+    }
+
+    fn unit_names(session: &Session, units: &[Unit]) -> Vec<String> {
+        let state = &session.state;
+        units
+            .iter()
+            .map(|u| match *u {
+                Unit::Spare(t) => format!("spare {}", state.tasks[t].pod.key.name),
+                Unit::Gang(j) => format!("gang {}", state.jobs[j].key().name),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_preemptors_victims_are_the_shared_list_filtered_in_harm_order() {
+        let session = two_queues_running();
+        let all = all_candidates(&session);
+        let queue = |name: &str| session.state.queue_index[name];
+        let (qa, qb) = (queue("qa"), queue("qb"));
+        // Preempt: strictly lower priority, same queue; a spare pod before its whole gang.
+        let high = units_for(&all, (qa, 1_000), Mode::Preempt);
+        assert_eq!(
+            unit_names(&session, &high),
+            ["spare a-low-0", "spare a-low-1", "gang a-low"]
+        );
+        // Equal priority never takes turns; nothing in qb is lower than its only gang.
+        assert!(units_for(&all, (qa, 10), Mode::Preempt).is_empty());
+        assert!(units_for(&all, (qb, 10), Mode::Preempt).is_empty());
+        // Reclaim: every other queue's units, lower priority first.
+        assert_eq!(
+            unit_names(&session, &units_for(&all, (qb, 0), Mode::Reclaim)),
+            [
+                "spare a-low-0",
+                "spare a-low-1",
+                "gang a-low",
+                "gang a-high"
+            ]
+        );
+        assert_eq!(
+            unit_names(&session, &units_for(&all, (qa, 0), Mode::Reclaim)),
+            ["gang b"]
+        );
+    }
+
+    #[test]
+    fn what_victims_hold_counts_a_spare_pod_once_when_its_gang_is_listed_whole() {
+        let session = two_queues_running();
+        let all = all_candidates(&session);
+        let qb = session.state.queue_index["qb"];
+        let units = units_for(&all, (qb, 0), Mode::Reclaim);
+        // a-low's two pods (listed as spares and whole) and a-high's two: 4 CPUs, not 6.
+        assert_eq!(held_by(&session, &units).get(CPU), 4_000);
+        // The spares alone count each pod once.
+        assert_eq!(held_by(&session, &units[..2]).get(CPU), 2_000);
     }
 
     #[test]

@@ -133,11 +133,12 @@ fn close(session: &mut Session) {
         if session.state.jobs[job].shadow || !session.in_scope(job) {
             continue;
         }
-        let status = job_status(session, job);
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            trace_decision(session, job, &status);
-        }
+        let changed = job_status(session, job);
         let j = &session.state.jobs[job];
+        let status = changed.as_ref().unwrap_or(&j.pod_group.status);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            trace_decision(session, job, status);
+        }
         if status.phase != PodGroupPhase::Running && status.phase != PodGroupPhase::Completed {
             if let Some(deadline) = j.timeout.deadline_ms().filter(|&d| d > now) {
                 session.plan.wake_at(deadline);
@@ -150,38 +151,39 @@ fn close(session: &mut Session) {
                 session.plan.wake_at(since.saturating_add(limit));
             }
         }
+        let Some(status) = changed else {
+            continue;
+        };
         let old = &session.state.jobs[job].pod_group.status;
-        if status != *old {
-            let key = session.state.jobs[job].key().clone();
-            if status.phase != old.phase {
-                session.plan.events.push(Event {
-                    object: key.clone(),
-                    kind: "Normal",
-                    reason: status.phase.as_str().to_string(),
-                    message: format!("PodGroup is {}", status.phase.as_str()),
-                });
-            }
-            let new_condition = status.conditions.last();
-            if new_condition.map(|c| (&c.kind, &c.message))
-                != old.conditions.last().map(|c| (&c.kind, &c.message))
-                && let Some(c) = new_condition
-            {
-                let unschedulable = c.kind == CONDITION_UNSCHEDULABLE;
-                session.plan.events.push(Event {
-                    object: key.clone(),
-                    kind: if unschedulable { "Warning" } else { "Normal" },
-                    // Unschedulable events carry the condition's reason (NotEnoughResources,
-                    // Timeout, QueueNotFound, ...), as Volcano's do.
-                    reason: if unschedulable {
-                        c.reason.clone()
-                    } else {
-                        c.kind.clone()
-                    },
-                    message: c.message.clone(),
-                });
-            }
-            session.plan.status_updates.push((key, status));
+        let key = session.state.jobs[job].key().clone();
+        if status.phase != old.phase {
+            session.plan.events.push(Event {
+                object: key.clone(),
+                kind: "Normal",
+                reason: status.phase.as_str().to_string(),
+                message: format!("PodGroup is {}", status.phase.as_str()),
+            });
         }
+        let new_condition = status.conditions.last();
+        if new_condition.map(|c| (&c.kind, &c.message))
+            != old.conditions.last().map(|c| (&c.kind, &c.message))
+            && let Some(c) = new_condition
+        {
+            let unschedulable = c.kind == CONDITION_UNSCHEDULABLE;
+            session.plan.events.push(Event {
+                object: key.clone(),
+                kind: if unschedulable { "Warning" } else { "Normal" },
+                // Unschedulable events carry the condition's reason (NotEnoughResources,
+                // Timeout, QueueNotFound, ...), as Volcano's do.
+                reason: if unschedulable {
+                    c.reason.clone()
+                } else {
+                    c.kind.clone()
+                },
+                message: c.message.clone(),
+            });
+        }
+        session.plan.status_updates.push((key, status));
     }
 }
 
@@ -221,8 +223,10 @@ pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
 
 /// Volcano's rule: Running once `minMember` pods are placed (Completed when all of them
 /// succeeded); Unknown when pods run but the gang cannot be completed; otherwise Inqueue if
-/// admitted, else Pending.
-fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
+/// admitted, else Pending. `None` when that is the status the PodGroup has: most gangs'
+/// statuses do not change in a cycle, and copying each one's conditions to find that out
+/// was a measurable part of a sustained run's cycle.
+fn job_status(session: &Session, job: JobId) -> Option<PodGroupStatus> {
     let state = &session.state;
     let j = &state.jobs[job];
     let old = &j.pod_group.status;
@@ -297,23 +301,11 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
     } else {
         None
     };
-    let mut conditions = old.conditions.clone();
-    if let Some((kind, reason, message)) = condition {
-        let same = conditions
+    let condition = condition.filter(|(kind, reason, message)| {
+        !old.conditions
             .last()
-            .is_some_and(|c| c.kind == kind && c.reason == reason && c.message == message);
-        if !same {
-            conditions
-                .retain(|c| c.kind != CONDITION_SCHEDULED && c.kind != CONDITION_UNSCHEDULABLE);
-            conditions.push(PodGroupCondition {
-                kind: kind.to_string(),
-                status: true,
-                reason: reason.to_string(),
-                message,
-                transition_time_ms: state.now_ms,
-            });
-        }
-    }
+            .is_some_and(|c| c.kind == *kind && c.reason == *reason && c.message == *message)
+    });
     let inqueue_since_ms = match phase {
         PodGroupPhase::Inqueue => old
             .inqueue_since_ms
@@ -321,14 +313,37 @@ fn job_status(session: &Session, job: JobId) -> PodGroupStatus {
             .or(Some(state.now_ms)),
         _ => None,
     };
-    PodGroupStatus {
+    if condition.is_none()
+        && (phase, running, succeeded, failed, inqueue_since_ms)
+            == (
+                old.phase,
+                old.running,
+                old.succeeded,
+                old.failed,
+                old.inqueue_since_ms,
+            )
+    {
+        return None;
+    }
+    let mut conditions = old.conditions.clone();
+    if let Some((kind, reason, message)) = condition {
+        conditions.retain(|c| c.kind != CONDITION_SCHEDULED && c.kind != CONDITION_UNSCHEDULABLE);
+        conditions.push(PodGroupCondition {
+            kind: kind.to_string(),
+            status: true,
+            reason: reason.to_string(),
+            message,
+            transition_time_ms: state.now_ms,
+        });
+    }
+    Some(PodGroupStatus {
         phase,
         running,
         succeeded,
         failed,
         conditions,
         inqueue_since_ms,
-    }
+    })
 }
 
 #[cfg(test)]
