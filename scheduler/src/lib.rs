@@ -28,6 +28,14 @@ pub mod serve;
 pub mod shard;
 pub mod simulate;
 
+/// A map on a hot path keyed by names (pods, nodes, gangs): foldhash's per-process seeded
+/// hasher instead of SipHash, which was 5–6 % of a sustained simulator run's samples
+/// (docs/adr/0005-foldhash.md says why this trade is acceptable).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A set on a hot path; see [`FastMap`].
+pub type FastSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+
 /// The decoders' property tests' configuration: `default_cases` cases, or `PROPTEST_CASES`
 /// when set, and a fixed seed, or one mixed with `PHALANX_FUZZ_SEED`
 /// (`phalanx_statestore::fuzz_env::cases_and_seed`).

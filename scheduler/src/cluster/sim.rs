@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::FastMap;
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
 use crate::framework::Event;
 use crate::model::{
@@ -156,8 +157,8 @@ impl SimCluster {
 
     /// Per gang, by (namespace, PodGroup name) borrowed from the pods: how many of its pods
     /// `counts`. Gangs with none are absent.
-    pub fn pods_per_group(&self, counts: impl Fn(&Pod) -> bool) -> HashMap<(&str, &str), u32> {
-        let mut out: HashMap<(&str, &str), u32> = HashMap::new();
+    pub fn pods_per_group(&self, counts: impl Fn(&Pod) -> bool) -> FastMap<(&str, &str), u32> {
+        let mut out: FastMap<(&str, &str), u32> = FastMap::default();
         for pod in self.pods.values() {
             if let Some(group) = &pod.group
                 && counts(pod)

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::FastMap;
 use crate::cluster::ClusterSnapshot;
 use crate::framework::conf::SchedulerConf;
 use crate::framework::fit::FitErrors;
@@ -346,7 +347,7 @@ impl<'a> IntoIterator for &'a Nodes {
 pub struct SessionState {
     pub now_ms: TimeMs,
     pub nodes: Nodes,
-    pub node_index: Arc<HashMap<String, NodeId>>,
+    pub node_index: Arc<FastMap<String, NodeId>>,
     pub tasks: Vec<TaskInfo>,
     pub jobs: Vec<JobInfo>,
     pub queues: Vec<QueueInfo>,
@@ -523,7 +524,7 @@ impl SessionState {
         let mut nodes: Vec<NodeInfo> = snapshot.nodes.iter().cloned().map(NodeInfo::new).collect();
         // Node ids follow node names so that ties broken by id are broken by name.
         nodes.sort_by(|a, b| a.node.name.cmp(&b.node.name));
-        let node_index: HashMap<String, NodeId> = nodes
+        let node_index: FastMap<String, NodeId> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.node.name.clone(), i))
@@ -748,27 +749,26 @@ impl SessionState {
                 job.pending_best_effort += 1;
             }
         }
+        let req = &pod.requests;
         if status == TaskStatus::Releasing {
             // Held on the node, released in the future; not its job's or queue's any more.
-            let req = self.tasks[id].pod.requests.clone();
             if let Some(n) = node {
-                self.nodes[n].take(&req);
-                self.nodes[n].releasing.add(&req);
+                self.nodes[n].take(req);
+                self.nodes[n].releasing.add(req);
                 self.nodes[n].releasing_pods += 1;
-                self.total_used.add(&req);
+                self.total_used.add(req);
             }
         } else if status.occupies_node() {
-            let req = self.tasks[id].pod.requests.clone();
             // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
             // nothing that this cycle could place on; its job and queue still count it.
             if let Some(n) = node {
-                self.nodes[n].take(&req);
-                self.total_used.add(&req);
+                self.nodes[n].take(req);
+                self.total_used.add(req);
             }
             if let Some(j) = self.tasks[id].job {
-                self.jobs[j].allocated.add(&req);
+                self.jobs[j].allocated.add(req);
                 if let Some(q) = self.jobs[j].queue {
-                    self.queues[q].allocated.add(&req);
+                    self.queues[q].allocated.add(req);
                 }
             }
         }
@@ -792,19 +792,20 @@ impl SessionState {
         let best_effort = t.is_best_effort();
         t.status = TaskStatus::Allocated;
         t.node = Some(node);
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
-        self.nodes[node].take(&req);
-        self.total_used.add(&req);
+        self.nodes[node].take(req);
+        self.total_used.add(req);
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.ready_count += 1;
             if best_effort {
                 job.pending_best_effort -= 1;
             }
-            job.allocated.add(&req);
+            job.allocated.add(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.add(&req);
+                self.queues[q].allocated.add(req);
             }
         }
     }
@@ -819,19 +820,20 @@ impl SessionState {
         let best_effort = t.is_best_effort();
         let node = t.node.take().expect("an allocated task has a node");
         t.status = TaskStatus::Pending;
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
-        self.nodes[node].give_back(&req);
-        self.total_used.sub(&req);
+        self.nodes[node].give_back(req);
+        self.total_used.sub(req);
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.ready_count -= 1;
             if best_effort {
                 job.pending_best_effort += 1;
             }
-            job.allocated.sub(&req);
+            job.allocated.sub(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.sub(&req);
+                self.queues[q].allocated.sub(req);
             }
         }
     }
@@ -882,17 +884,18 @@ impl SessionState {
         );
         let node = t.node.expect("an evictable task has a node");
         t.status = TaskStatus::Releasing;
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
         let n = &mut self.nodes[node];
-        n.releasing.add(&req);
+        n.releasing.add(req);
         n.releasing_pods += 1;
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.ready_count -= 1;
-            job.allocated.sub(&req);
+            job.allocated.sub(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.sub(&req);
+                self.queues[q].allocated.sub(req);
             }
         }
     }
@@ -906,17 +909,18 @@ impl SessionState {
         } else {
             TaskStatus::Bound
         };
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
         let n = &mut self.nodes[node];
-        n.releasing.sub(&req);
+        n.releasing.sub(req);
         n.releasing_pods -= 1;
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.ready_count += 1;
-            job.allocated.add(&req);
+            job.allocated.add(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.add(&req);
+                self.queues[q].allocated.add(req);
             }
         }
     }
@@ -930,17 +934,18 @@ impl SessionState {
         );
         t.status = TaskStatus::Pipelined;
         t.node = Some(node);
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
         let n = &mut self.nodes[node];
-        n.pipelined.add(&req);
+        n.pipelined.add(req);
         n.pipelined_pods += 1;
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.pipelined_count += 1;
-            job.allocated.add(&req);
+            job.allocated.add(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.add(&req);
+                self.queues[q].allocated.add(req);
             }
         }
     }
@@ -950,17 +955,18 @@ impl SessionState {
         debug_assert_eq!(t.status, TaskStatus::Pipelined);
         let node = t.node.take().expect("a pipelined task has a node");
         t.status = TaskStatus::Pending;
-        let req = t.pod.requests.clone();
+        let pod = Arc::clone(&t.pod);
+        let req = &pod.requests;
         let job = t.job;
         let n = &mut self.nodes[node];
-        n.pipelined.sub(&req);
+        n.pipelined.sub(req);
         n.pipelined_pods -= 1;
         if let Some(j) = job {
             let job = &mut self.jobs[j];
             job.pipelined_count -= 1;
-            job.allocated.sub(&req);
+            job.allocated.sub(req);
             if let Some(q) = job.queue {
-                self.queues[q].allocated.sub(&req);
+                self.queues[q].allocated.sub(req);
             }
         }
     }
@@ -1019,7 +1025,7 @@ impl SessionState {
 /// name, so that each pod finds its group's job without building a key (two `String`s per
 /// pod per round before).
 #[derive(Default)]
-struct JobIndex(HashMap<String, HashMap<String, JobId>>);
+struct JobIndex(FastMap<String, FastMap<String, JobId>>);
 
 impl JobIndex {
     fn get(&self, namespace: &str, name: &str) -> Option<JobId> {

@@ -1062,7 +1062,7 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
         // run's open transactions: leaving the others out cuts the cost of opening the
         // view (once per pump that picks) by about 40 % in `phalanx-bench shards`.
         let mut snapshot = self.sim.snapshot();
-        let picked_for: HashSet<&ObjectKey> = self
+        let picked_for: crate::FastSet<&ObjectKey> = self
             .rt
             .started
             .values()
