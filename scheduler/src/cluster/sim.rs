@@ -376,7 +376,11 @@ impl Cluster for SimCluster {
                 kind: "podgroup",
                 key: key.to_string(),
             })?;
-        Arc::make_mut(group).status = status.clone();
+        match Arc::get_mut(group) {
+            Some(group) => group.status = status.clone(),
+            // A snapshot still holds the old version: copy all but the old status.
+            None => *group = Arc::new(group.with_status(status.clone())),
+        }
         Ok(())
     }
 

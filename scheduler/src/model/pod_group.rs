@@ -36,6 +36,35 @@ impl PodGroup {
             status: PodGroupStatus::default(),
         }
     }
+
+    /// A copy with `status` in place of this one's, made without copying the old status
+    /// (its conditions are most of a PodGroup's size): what a status update does to a
+    /// PodGroup that a snapshot still shares.
+    pub fn with_status(&self, status: PodGroupStatus) -> PodGroup {
+        // Destructured whole, so that a new field cannot be forgotten here.
+        let PodGroup {
+            key,
+            min_member,
+            min_task_member,
+            min_resources,
+            queue,
+            priority_class_name,
+            annotations,
+            creation_index,
+            status: _,
+        } = self;
+        PodGroup {
+            key: key.clone(),
+            min_member: *min_member,
+            min_task_member: min_task_member.clone(),
+            min_resources: min_resources.clone(),
+            queue: queue.clone(),
+            priority_class_name: priority_class_name.clone(),
+            annotations: annotations.clone(),
+            creation_index: *creation_index,
+            status,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -92,4 +121,35 @@ pub struct PodGroupCondition {
     pub reason: String,
     pub message: String,
     pub transition_time_ms: TimeMs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_status_keeps_every_other_field_and_takes_the_new_status() {
+        let mut group = PodGroup::new(ObjectKey::new("ns", "g"), 4);
+        group.min_task_member.insert("worker".into(), 3);
+        group.queue = "q".into();
+        group.priority_class_name = Some("high".into());
+        group.annotations.insert("a".into(), "b".into());
+        group.creation_index = 7;
+        group.status.conditions.push(PodGroupCondition {
+            kind: "Unschedulable".into(),
+            status: true,
+            reason: "NotEnoughResources".into(),
+            message: "old".into(),
+            transition_time_ms: 1,
+        });
+        let status = PodGroupStatus {
+            phase: PodGroupPhase::Running,
+            running: 4,
+            ..PodGroupStatus::default()
+        };
+        let updated = group.with_status(status.clone());
+        let mut expected = group.clone();
+        expected.status = status;
+        assert_eq!(updated, expected);
+    }
 }
