@@ -696,9 +696,7 @@ impl KubeCluster {
             if group.status == *status {
                 return group;
             }
-            let mut shown = (*group).clone();
-            shown.status = status.clone();
-            return Arc::new(shown);
+            return Arc::new(group.with_status(status.clone()));
         }
         overlay.status.remove(&group.key);
         group
