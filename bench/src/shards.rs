@@ -64,6 +64,17 @@ pub struct Row {
     /// queue was full), unfinished, expired by the ledger.
     #[serde(default)]
     pub not_committed: (usize, usize, usize, usize),
+    /// gRPC requests that carried the 2PC messages between replicas (a request carries
+    /// what one replica had for another when its pump's work ran dry).
+    #[serde(default)]
+    pub grpc_requests: u64,
+    /// Wall seconds of the rounds spent planning (the round's view and every replica's
+    /// cycle) and performing the plans (ledger, 2PC, binds); the rest of `wall_s` is the
+    /// driver's own work between them (the round's start, invariant checks, time).
+    #[serde(default)]
+    pub plan_s: f64,
+    #[serde(default)]
+    pub perform_s: f64,
     pub violations: usize,
     pub pending: usize,
 }
@@ -159,6 +170,8 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         |_| {},
     );
     let wall_s = started.elapsed().as_secs_f64();
+    let plan_s: f64 = outcome.stats.iter().map(|c| c.duration.as_secs_f64()).sum();
+    let perform_s: f64 = outcome.stats.iter().map(|c| c.commit.as_secs_f64()).sum();
     if !outcome.ledger_errors.is_empty() {
         bail!(
             "R={replicas} S={shards}: ledger errors: {:?}",
@@ -201,6 +214,9 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         ),
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
+        grpc_requests: report.coord_requests_grpc,
+        plan_s,
+        perform_s,
     })
 }
 
@@ -256,8 +272,13 @@ pub fn run(b: &ShardBench) -> Result<()> {
             let (grpc, refused, local) = row.messages;
             let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired",
-                row.replicas, row.shards
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} requests, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s",
+                row.replicas,
+                row.shards,
+                row.grpc_requests,
+                row.plan_s,
+                row.perform_s,
+                row.wall_s - row.plan_s - row.perform_s
             ));
             csv.push_str(&format!(
                 "{} replicas,{},{:.1}\n",

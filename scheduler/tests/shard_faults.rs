@@ -373,6 +373,62 @@ fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_n
 }
 
 #[test]
+fn the_messages_of_a_round_to_one_replica_go_in_one_grpc_request_per_phase() {
+    // Four gangs of one queue, each with a pod on the coordinator's node and one on a
+    // node of the other replica's shard: their prepares, replies and decisions between the
+    // two replicas travel as one request each way per phase, not one per message.
+    let nodes = one_node_per_shard(2, 4);
+    let probe = cluster(nodes.clone(), Vec::new(), &["default"]);
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    rt.load(&probe, &mut LocalLedger::new()).expect("loads");
+    let (qa, _) = two_queues_on_two_replicas(&rt);
+    let names = ["g1", "g2", "g3", "g4"];
+    let mut index = 0;
+    let gangs = names
+        .iter()
+        .map(|g| gang(g, &qa, 2, None, &mut index))
+        .collect();
+    let mut sim = cluster(nodes.clone(), gangs, &[&qa]);
+    let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
+    let mut ledger = LocalLedger::new();
+    rt.load(&sim, &mut ledger).expect("loads");
+    let wants = |g: &str| GangPlacement {
+        gang: ObjectKey::new("default", g),
+        placements: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Placement {
+                pod: ObjectKey::new("default", format!("{g}-{i}")),
+                node: n.name.clone(),
+                resources: gpus(1),
+            })
+            .collect(),
+    };
+    let plan = CyclePlan {
+        gangs: names.iter().map(|g| wants(g)).collect(),
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(&mut sim, &mut ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    let plans: std::collections::BTreeMap<u64, CyclePlan> =
+        [(1, plan.clone()), (2, plan)].into_iter().collect();
+    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    let text = rt.report.render();
+    assert_eq!(performed.gangs.len(), 4, "{text}\n{:?}", rt.report.txn_log);
+    assert_eq!(rt.report.txns_committed, 4, "{text}");
+    assert_eq!(rt.report.coord_messages_refused, 0, "{text}");
+    // At least a prepare, a reply and a decision per gang crossed between the replicas.
+    assert!(rt.report.coord_messages_grpc >= 12, "{text}");
+    assert!(
+        rt.report.coord_requests_grpc * 4 <= rt.report.coord_messages_grpc,
+        "each request carried the four gangs' messages of one phase: {text}"
+    );
+    assert!(all_bound(&sim), "{text}");
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[test]
 fn an_owner_paused_past_its_lease_loses_its_shard_and_its_late_writes_are_refused() {
     // One-GPU gangs that run 2 s each, one at a time on the home shard's only node: work
     // goes on through the pause, so the resumed owner has something to write.

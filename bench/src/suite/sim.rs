@@ -466,6 +466,9 @@ mod tests {
             not_committed: (0, 0, 0, 0),
             violations,
             pending,
+            grpc_requests: 0,
+            plan_s: 0.0,
+            perform_s: 0.0,
         };
         child::Outcome::Measured(crate::shards::PointReport {
             row,

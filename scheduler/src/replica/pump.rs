@@ -121,10 +121,17 @@ pub trait PumpDriver {
     /// The owner of `shard` and its epoch, as the driver knows them now.
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)>;
 
-    /// Sends `m` from replica `from` to another replica `to`. A message that cannot be
-    /// sent is lost (the machines resend on a tick); what arrived meanwhile may be queued
-    /// onto `work`.
+    /// Sends `m` from replica `from` to another replica `to`, at once or (a driver that
+    /// batches) at the next [`Self::flush`]. A message that cannot be sent is lost (the
+    /// machines resend on a tick); what arrived meanwhile may be queued onto `work`.
     fn send(&mut self, from: ReplicaId, to: ReplicaId, m: CoordMessage, work: &mut VecDeque<Work>);
+
+    /// Sends what [`Self::send`] held back, one request per receiver, and queues onto
+    /// `work` what arrived meanwhile; false when nothing was held back. Called whenever the
+    /// pump's work runs dry, before its proposals go.
+    fn flush(&mut self, _work: &mut VecDeque<Work>) -> bool {
+        false
+    }
 
     /// A message between two machines of the same replica, handed over in process.
     fn sent_locally(&mut self) {}
@@ -156,6 +163,33 @@ pub trait PumpDriver {
     }
 }
 
+/// Messages for other replicas held back until the pump's work runs dry, so that each
+/// receiver gets them in one request rather than one round trip each.
+#[derive(Debug, Default)]
+pub struct HeldMessages {
+    held: Vec<(ReplicaId, CoordMessage)>,
+}
+
+impl HeldMessages {
+    /// Holds `m` for replica `to`.
+    pub fn hold(&mut self, to: ReplicaId, m: CoordMessage) {
+        self.held.push((to, m));
+    }
+
+    /// What was held, one batch per receiver in the order each was first sent to, each
+    /// batch in the order sent; the outbox is empty afterwards.
+    pub fn take_by_receiver(&mut self) -> Vec<(ReplicaId, Vec<CoordMessage>)> {
+        let mut batches: Vec<(ReplicaId, Vec<CoordMessage>)> = Vec::new();
+        for (to, m) in self.held.drain(..) {
+            match batches.iter_mut().find(|(r, _)| *r == to) {
+                Some((_, ms)) => ms.push(m),
+                None => batches.push((to, vec![m])),
+            }
+        }
+        batches
+    }
+}
+
 /// The pump gave up with work left: more steps than its bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the 2PC pump stopped after {steps} steps ({left} left)")]
@@ -168,8 +202,10 @@ pub struct PumpStopped {
 /// `max_steps` steps were taken.
 ///
 /// Group commit: a machine's proposal waits while any other work of this pump is left to
-/// do; when none is, the proposals waiting go as one ledger batch per replica ([`answer`])
-/// and their answers are queued. So the begins, reserves and decisions of the transactions
+/// do; when none is, the messages held back for other replicas go first, one request per
+/// receiver ([`PumpDriver::flush`]), so that what they lead to joins the same batch; then
+/// the proposals waiting go as one ledger batch per replica ([`answer`]) and their answers
+/// are queued. So the begins, reserves and decisions of the transactions
 /// in flight go together, one batch per replica and phase, however their other steps
 /// interleave (a refusal answered at once, a gang with more participants). The driver is
 /// asked for what arrived meanwhile (`received`) only when nothing is waiting, so a
@@ -186,6 +222,9 @@ pub fn pump(
     let mut steps = 0usize;
     loop {
         if work.is_empty() {
+            if driver.flush(&mut work) {
+                continue;
+            }
             if !asked.is_empty() {
                 answer(driver, std::mem::take(&mut asked), &mut work, &mut view);
                 continue;

@@ -50,7 +50,7 @@ use crate::framework::{GangPlacement, SchedulerConf};
 use crate::ledger::LedgerBackend;
 use crate::ledger::sharded::mark_bound_at;
 use crate::model::ObjectKey;
-use crate::replica::pump::{self, PumpDriver, Work};
+use crate::replica::pump::{self, HeldMessages, PumpDriver, Work};
 use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::simulate::pool_pick::PoolView;
 
@@ -248,7 +248,11 @@ impl TwoPhase {
                 event: ParticipantEvent::Tick { now_ms: now },
             });
         }
-        let mut driver = ServeDriver { tp: self, input };
+        let mut driver = ServeDriver {
+            tp: self,
+            input,
+            messages: HeldMessages::default(),
+        };
         if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
             tracing::warn!("{e}");
         }
@@ -263,39 +267,48 @@ impl TwoPhase {
             .collect()
     }
 
-    /// Sends `m` to replica `to` over gRPC. A message that cannot be sent is lost; the
-    /// state machines resend on a tick.
-    fn send(&mut self, to: ReplicaId, m: &CoordMessage) {
+    /// Sends `ms` to replica `to` over gRPC, as one request. A message that cannot be sent
+    /// is lost; the state machines resend on a tick.
+    fn send_all(&mut self, to: ReplicaId, ms: &[CoordMessage]) {
+        let Some(mut client) = self.client(to, ms) else {
+            return;
+        };
+        let results = self.handle.block_on(client.send_all(ms));
+        for (m, result) in ms.iter().zip(results) {
+            match result {
+                Ok(()) => counter!(metric::COORD_MESSAGES, "result" => "sent").increment(1),
+                Err(e) => {
+                    counter!(metric::COORD_MESSAGES, "result" => "refused").increment(1);
+                    tracing::info!(shard = m.route().shard, owner = to, error = %e, "a 2PC message was not delivered; resent on a tick");
+                }
+            }
+        }
+    }
+
+    /// The channel to replica `to` (made on first use); `None`, with a warning naming the
+    /// shard of `ms`' first message, when `to` has no address or cannot be reached.
+    fn client(&mut self, to: ReplicaId, ms: &[CoordMessage]) -> Option<CoordClient> {
+        let shard = ms.first().map(|m| m.route().shard);
         let Some(addr) = self.peers.get(&to).cloned() else {
             tracing::warn!(
-                shard = m.route().shard,
+                ?shard,
                 owner = to,
                 "no --coord-peers address for the shard's owner"
             );
-            return;
+            return None;
         };
-        let client = match self.clients.get(&to) {
-            Some(c) => c.clone(),
-            None => {
-                let _guard = self.handle.enter();
-                match CoordClient::connect_lazy_over(&addr, to, &self.transport) {
-                    Ok(c) => {
-                        self.clients.insert(to, c.clone());
-                        c
-                    }
-                    Err(e) => {
-                        tracing::warn!(addr = %addr, error = %e, "cannot reach a coordinator service");
-                        return;
-                    }
-                }
+        if let Some(c) = self.clients.get(&to) {
+            return Some(c.clone());
+        }
+        let _guard = self.handle.enter();
+        match CoordClient::connect_lazy_over(&addr, to, &self.transport) {
+            Ok(c) => {
+                self.clients.insert(to, c.clone());
+                Some(c)
             }
-        };
-        let mut client = client;
-        match self.handle.block_on(client.send(m)) {
-            Ok(()) => counter!(metric::COORD_MESSAGES, "result" => "sent").increment(1),
             Err(e) => {
-                counter!(metric::COORD_MESSAGES, "result" => "refused").increment(1);
-                tracing::info!(shard = m.route().shard, owner = to, error = %e, "a 2PC message was not delivered; resent on a tick");
+                tracing::warn!(addr = %addr, error = %e, "cannot reach a coordinator service");
+                None
             }
         }
     }
@@ -335,6 +348,8 @@ impl TwoPhase {
 struct ServeDriver<'t, 'i, 'a> {
     tp: &'t mut TwoPhase,
     input: &'i mut PumpInput<'a>,
+    /// Messages for other replicas until the pump's work runs dry.
+    messages: HeldMessages,
 }
 
 impl PumpDriver for ServeDriver<'_, '_, '_> {
@@ -422,7 +437,17 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
     }
 
     fn send(&mut self, _from: ReplicaId, to: ReplicaId, m: CoordMessage, _: &mut VecDeque<Work>) {
-        self.tp.send(to, &m);
+        self.messages.hold(to, m);
+    }
+
+    /// One `Deliver` request per peer; what peers send arrives through the service and is
+    /// taken by `received`.
+    fn flush(&mut self, _work: &mut VecDeque<Work>) -> bool {
+        let batches = self.messages.take_by_receiver();
+        for (to, ms) in &batches {
+            self.tp.send_all(*to, ms);
+        }
+        !batches.is_empty()
     }
 
     fn open_view(&mut self) -> Result<PoolView, String> {

@@ -66,7 +66,7 @@ use crate::ledger::sharded::{Fence, command_sizes, gang_verdicts, load_sharded, 
 use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
 use crate::replica::group_commit::{self, Deferred, Outbox};
-use crate::replica::pump::{self, PumpDriver, Work};
+use crate::replica::pump::{self, HeldMessages, PumpDriver, Work};
 use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
@@ -184,6 +184,9 @@ pub struct ShardReport {
     pub coord_messages_grpc: u64,
     pub coord_messages_refused: u64,
     pub coord_messages_local: u64,
+    /// gRPC requests that carried the messages between replicas (one per receiver each
+    /// time a pump's work ran dry).
+    pub coord_requests_grpc: u64,
     /// `(txn, outcome, reason)` of every transaction report.
     pub txn_log: Vec<String>,
     /// Writes the ledger refused because their epoch was stale (a deposed owner's).
@@ -254,8 +257,11 @@ impl ShardReport {
         );
         let _ = writeln!(
             out,
-            "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica",
-            self.coord_messages_grpc, self.coord_messages_refused, self.coord_messages_local
+            "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica; {} gRPC requests carried them",
+            self.coord_messages_grpc,
+            self.coord_messages_refused,
+            self.coord_messages_local,
+            self.coord_requests_grpc
         );
         let entries = self.raft_entries.map_or_else(String::new, |n| {
             format!("; {n} Raft entries in all, the load's included")
@@ -901,6 +907,7 @@ impl ShardRuntime {
             sim,
             ledger,
             now,
+            messages: HeldMessages::default(),
         };
         if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
             errors.push(e.to_string());
@@ -972,6 +979,8 @@ struct SimDriver<'r, 's, 'l> {
     sim: &'s mut SimCluster,
     ledger: &'l mut dyn PlacementLedger,
     now: TimeMs,
+    /// Messages for other replicas until the pump's work runs dry.
+    messages: HeldMessages,
 }
 
 impl SimDriver<'_, '_, '_> {
@@ -1025,19 +1034,30 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
         self.rt.owners.get(&shard).copied()
     }
 
-    /// Over gRPC, blocking until the receiver has queued it, then from the receivers'
-    /// queues (in replica order) to the back of `work`, where an in-process hand-over puts
-    /// it, so the order of events is the same whatever the transport.
+    /// Held until the pump's work runs dry ([`Self::flush`]).
     fn send(
         &mut self,
         _from: ReplicaId,
         to: ReplicaId,
         m: CoordMessage,
-        work: &mut VecDeque<Work>,
+        _work: &mut VecDeque<Work>,
     ) {
-        match self.rt.net.send(to, &m) {
-            Ok(()) => self.rt.report.coord_messages_grpc += 1,
-            Err(_) => self.rt.report.coord_messages_refused += 1,
+        self.messages.hold(to, m);
+    }
+
+    /// Over gRPC, one request per receiver in a fixed order, blocking until each receiver
+    /// has queued its batch, then from the receivers' queues (in replica order) to the
+    /// back of `work`: the order of events does not depend on the threads.
+    fn flush(&mut self, work: &mut VecDeque<Work>) -> bool {
+        let batches = self.messages.take_by_receiver();
+        for (to, ms) in &batches {
+            for result in self.rt.net.send_all(*to, ms) {
+                match result {
+                    Ok(()) => self.rt.report.coord_messages_grpc += 1,
+                    Err(_) => self.rt.report.coord_messages_refused += 1,
+                }
+            }
+            self.rt.report.coord_requests_grpc += 1;
         }
         work.extend(
             self.rt
@@ -1046,6 +1066,7 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
                 .into_iter()
                 .map(|(id, d)| Work::delivered(id, d)),
         );
+        !batches.is_empty()
     }
 
     fn sent_locally(&mut self) {

@@ -1,9 +1,9 @@
 //! The 2PC network of `phalanx simulate --replicas R`: each logical scheduler replica
 //! serves `CoordinatorService` on its own 127.0.0.1 port, and the single-threaded runtime
-//! sends each cross-replica message as a real gRPC request, blocking until the receiver's
-//! server has queued it (the Ack), then takes what was queued. One message is in flight at
-//! a time, so the order in which the state machines see events is the order of sends,
-//! whatever the threads do.
+//! sends cross-replica messages as real gRPC requests (one message, or a batch to one
+//! receiver with `Deliver`), blocking until the receiver's server has queued them, then
+//! takes what was queued. One request is in flight at a time, so the order in which the
+//! state machines see events is the order of sends, whatever the threads do.
 //!
 //! A replica that is killed has its server stopped: its port closes, and a message to it is
 //! refused at connect (senders keep its last address, as a real peer would). A paused or
@@ -25,6 +25,9 @@ pub struct LoopbackStats {
     pub delivered: u64,
     /// Requests refused or not answered (receiver down, paused, cut off, not the owner).
     pub refused: u64,
+    /// gRPC requests made: one per [`LoopbackNet::send`], one per batch of
+    /// [`LoopbackNet::send_all`].
+    pub requests: u64,
 }
 
 /// One server per replica and one channel per receiver, on a runtime of their own that
@@ -109,11 +112,29 @@ impl LoopbackNet {
             Ok(mut c) => self.runtime.block_on(c.send(m)),
             Err(e) => Err(e),
         };
-        match result {
-            Ok(()) => self.stats.delivered += 1,
-            Err(_) => self.stats.refused += 1,
-        }
+        self.count(std::slice::from_ref(&result));
         result
+    }
+
+    /// Sends `ms` to replica `to` as one request (`Deliver`), in order, and waits for the
+    /// outcome of each.
+    pub fn send_all(&mut self, to: ReplicaId, ms: &[CoordMessage]) -> Vec<Result<(), ClientError>> {
+        let results = match self.client(to) {
+            Ok(mut c) => self.runtime.block_on(c.send_all(ms)),
+            Err(e) => ms.iter().map(|_| Err(e.clone())).collect(),
+        };
+        self.count(&results);
+        results
+    }
+
+    fn count(&mut self, results: &[Result<(), ClientError>]) {
+        self.stats.requests += 1;
+        for r in results {
+            match r {
+                Ok(()) => self.stats.delivered += 1,
+                Err(_) => self.stats.refused += 1,
+            }
+        }
     }
 
     /// Everything the servers queued, replica by replica in id order, each in arrival order.

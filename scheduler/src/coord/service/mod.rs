@@ -4,6 +4,8 @@
 //! ```text
 //!  sender (runtime)                     receiver replica
 //!  CoordClient::send(CoordMessage) ──►  CoordServer: decode (INVALID_ARGUMENT naming the field)
+//!    or send_all (Deliver: a batch,     (in a batch, each message is judged alone and
+//!    one outcome per message)            answered with its own outcome)
 //!                                       ├─ TLS: certificate names no member?  PERMISSION_DENIED
 //!                                       ├─ refusing (paused, cut off)?  UNAVAILABLE
 //!                                       ├─ owns route.shard at route.epoch?  else FAILED_PRECONDITION
@@ -125,19 +127,73 @@ impl Inbox {
 
     fn accept(&self, m: Result<CoordMessage, WireError>) -> Result<Response<pb::Ack>, Status> {
         self.check_serving()?;
+        self.queue_one(m)?;
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    /// The messages queued since the last call, in arrival order.
+    fn take(&self) -> Vec<Delivery> {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .collect()
+    }
+
+    /// Queues one decoded message if this replica owns its route; the refusal otherwise.
+    fn queue_one(&self, m: Result<CoordMessage, WireError>) -> Result<(), Status> {
         let m = m.map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.at_route(m.route(), |_| ())?;
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push_back(m.into_delivery());
-        Ok(Response::new(pb::Ack {}))
+        Ok(())
+    }
+}
+
+/// A message's outcome in a `DeliverReply`.
+fn outcome_to_wire(r: Result<(), Status>) -> pb::Outcome {
+    match r {
+        Ok(()) => pb::Outcome {
+            code: tonic::Code::Ok as i32,
+            message: String::new(),
+        },
+        Err(s) => pb::Outcome {
+            code: s.code() as i32,
+            message: s.message().to_string(),
+        },
+    }
+}
+
+/// The outcome of one message of a batch, as the single-message RPC would have answered.
+fn outcome_from_wire(o: &pb::Outcome) -> Result<(), ClientError> {
+    match tonic::Code::from_i32(o.code) {
+        tonic::Code::Ok => Ok(()),
+        code => Err(ClientError::Rpc(Status::new(code, o.message.clone()))),
     }
 }
 
 #[derive(Debug, Clone)]
 struct CoordGrpc {
     inbox: Arc<Inbox>,
+}
+
+#[cfg(test)]
+impl CoordGrpc {
+    /// The service without a server (tests wrap it), and its inbox.
+    fn for_test(coordinators: SharedCoordinators) -> (Self, Arc<Inbox>) {
+        let inbox = Arc::new(Inbox {
+            coordinators,
+            queue: Mutex::new(VecDeque::new()),
+            refusing: Mutex::new(None),
+            senders: None,
+        });
+        let grpc = Self {
+            inbox: Arc::clone(&inbox),
+        };
+        (grpc, inbox)
+    }
 }
 
 #[tonic::async_trait]
@@ -165,6 +221,22 @@ impl CoordinatorService for CoordGrpc {
     ) -> Result<Response<pb::Ack>, Status> {
         self.inbox.check_caller(&request)?;
         self.inbox.accept(wire::decide_from_wire(request.get_ref()))
+    }
+
+    async fn deliver(
+        &self,
+        request: Request<pb::DeliverRequest>,
+    ) -> Result<Response<pb::DeliverReply>, Status> {
+        self.inbox.check_caller(&request)?;
+        self.inbox.check_serving()?;
+        let outcomes = request
+            .get_ref()
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, e)| outcome_to_wire(self.inbox.queue_one(wire::envelope_from_wire(i, e))))
+            .collect();
+        Ok(Response::new(pb::DeliverReply { outcomes }))
     }
 
     async fn query(
@@ -263,12 +335,7 @@ impl CoordServer {
 
     /// The messages queued since the last call, in arrival order.
     pub fn take_delivered(&self) -> Vec<Delivery> {
-        self.inbox
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-            .collect()
+        self.inbox.take()
     }
 
     /// `Some(why)`: answer every request UNAVAILABLE with `why`; `None`: serve again.
@@ -303,7 +370,7 @@ impl Drop for CoordServer {
 }
 
 /// Why a request did not get through.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ClientError {
     /// The receiver refused it (or could not be reached): its status.
     #[error("{}: {}", .0.code(), .0.message())]
@@ -380,6 +447,49 @@ impl CoordClient {
     /// Sends one message; `Ok` once the receiver has queued it.
     pub async fn send(&mut self, m: &CoordMessage) -> Result<(), ClientError> {
         self.send_wire(m.to_wire()).await
+    }
+
+    /// Sends `ms` as one `Deliver` request; one result per message, in order. A refusal of
+    /// the whole request refuses each message. A receiver that does not know `Deliver` (an
+    /// older version, during a rolling upgrade) is sent them one by one.
+    pub async fn send_all(&mut self, ms: &[CoordMessage]) -> Vec<Result<(), ClientError>> {
+        let request = pb::DeliverRequest {
+            messages: ms.iter().map(|m| m.to_wire().into_envelope()).collect(),
+        };
+        match self.inner.deliver(request).await {
+            Ok(reply) if reply.get_ref().outcomes.len() == ms.len() => reply
+                .get_ref()
+                .outcomes
+                .iter()
+                .map(outcome_from_wire)
+                .collect(),
+            Ok(reply) => {
+                let why = format!(
+                    "{} outcomes for {} messages",
+                    reply.get_ref().outcomes.len(),
+                    ms.len()
+                );
+                ms.iter()
+                    .map(|_| {
+                        Err(ClientError::Malformed(wire::malformed(
+                            "outcomes",
+                            why.clone(),
+                        )))
+                    })
+                    .collect()
+            }
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                let mut results = Vec::with_capacity(ms.len());
+                for m in ms {
+                    results.push(self.send(m).await);
+                }
+                results
+            }
+            Err(s) => ms
+                .iter()
+                .map(|_| Err(ClientError::Rpc(s.clone())))
+                .collect(),
+        }
     }
 
     /// Sends a request as it is (tests send malformed ones).

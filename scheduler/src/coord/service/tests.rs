@@ -5,6 +5,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use phalanx_proto::coord as pb;
+use phalanx_proto::coord::coordinator_service_client::CoordinatorServiceClient;
+use phalanx_proto::coord::coordinator_service_server::{
+    CoordinatorService, CoordinatorServiceServer,
+};
 use phalanx_statestore::ledger::TxnDecision;
 use phalanx_statestore::{PodPlacement, ResourceVec};
 
@@ -365,7 +369,8 @@ fn a_prepare_over_loopback_is_acknowledged_once_queued_for_the_participant() {
         net.stats(),
         LoopbackStats {
             delivered: 1,
-            refused: 0
+            refused: 0,
+            requests: 1,
         }
     );
 }
@@ -484,4 +489,184 @@ async fn query_answers_from_the_coordinator_and_a_malformed_request_is_invalid_a
     );
     assert!(server.take_delivered().is_empty(), "nothing acted on");
     server.stop().await;
+}
+
+fn decide_msg(route: Route, decision: TxnDecision) -> CoordMessage {
+    CoordMessage::Decide {
+        route,
+        txn: TXN.into(),
+        coordinator: 0,
+        coordinator_epoch: 4,
+        decision,
+    }
+}
+
+#[test]
+fn a_batch_queues_its_messages_in_order_and_refuses_a_stale_one_alone() {
+    let mut net = LoopbackNet::new().expect("runtime");
+    net.serve(1, replica_owning_shard_2_at_epoch_3())
+        .expect("serves");
+    let here = Route { shard: 2, epoch: 3 };
+    let first = prepare_msg(here);
+    let stale = decide_msg(Route { shard: 2, epoch: 2 }, TxnDecision::Abort);
+    let last = decide_msg(here, TxnDecision::Commit);
+    let results = net.send_all(1, &[first.clone(), stale, last.clone()]);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let refused = results[1].as_ref().expect_err("stale epoch");
+    assert_eq!(refused.code(), Some(tonic::Code::FailedPrecondition));
+    assert!(
+        refused
+            .to_string()
+            .contains("shard 2 at epoch 2: this replica owns it at epoch 3"),
+        "{refused}"
+    );
+    assert_eq!(
+        net.take_delivered(),
+        vec![(1, first.into_delivery()), (1, last.into_delivery())],
+        "the others queued, in the order sent"
+    );
+    assert_eq!(
+        net.stats(),
+        LoopbackStats {
+            delivered: 2,
+            refused: 1,
+            requests: 1,
+        },
+        "one request for the three"
+    );
+}
+
+#[test]
+fn a_batch_to_a_paused_replica_is_refused_whole_with_why() {
+    let mut net = LoopbackNet::new().expect("runtime");
+    net.serve(1, replica_owning_shard_2_at_epoch_3())
+        .expect("serves");
+    net.set_refusing(1, Some("replica 1 is paused".into()));
+    let here = Route { shard: 2, epoch: 3 };
+    let results = net.send_all(
+        1,
+        &[prepare_msg(here), decide_msg(here, TxnDecision::Commit)],
+    );
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        let e = r.as_ref().expect_err("paused");
+        assert_eq!(e.code(), Some(tonic::Code::Unavailable));
+        assert!(e.to_string().contains("replica 1 is paused"), "{e}");
+    }
+    assert!(net.take_delivered().is_empty());
+}
+
+#[test]
+fn a_malformed_message_of_a_batch_is_named_by_its_index_kind_and_field() {
+    let mut bad = prepare_wire();
+    bad.placements[0].pod.clear();
+    let e = wire::envelope_from_wire(3, &WireMessage::Prepare(bad).into_envelope())
+        .expect_err("malformed");
+    assert_eq!(
+        e.to_string(),
+        "messages[3].prepare.placements[0].pod: empty"
+    );
+    let empty = wire::envelope_from_wire(1, &pb::Envelope { message: None }).expect_err("empty");
+    assert_eq!(empty.to_string(), "messages[1]: empty (no message set)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_malformed_message_never_blocks_the_others_of_its_batch() {
+    let any = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    let server = CoordServer::start(any, replica_owning_shard_2_at_epoch_3())
+        .await
+        .expect("serves");
+    let mut raw = CoordinatorServiceClient::connect(format!("http://{}", server.addr()))
+        .await
+        .expect("connects");
+    let good = prepare_msg(Route { shard: 2, epoch: 3 });
+    let request = pb::DeliverRequest {
+        messages: vec![
+            pb::Envelope { message: None },
+            good.to_wire().into_envelope(),
+        ],
+    };
+    let reply = raw.deliver(request).await.expect("answered").into_inner();
+    let codes: Vec<i32> = reply.outcomes.iter().map(|o| o.code).collect();
+    assert_eq!(
+        codes,
+        vec![tonic::Code::InvalidArgument as i32, tonic::Code::Ok as i32]
+    );
+    assert_eq!(
+        reply.outcomes[0].message,
+        "messages[0]: empty (no message set)"
+    );
+    assert_eq!(server.take_delivered(), vec![good.into_delivery()]);
+    server.stop().await;
+}
+
+/// A receiver of the version before `Deliver`: every other RPC as the real service.
+struct WithoutDeliver(super::CoordGrpc);
+
+#[tonic::async_trait]
+impl CoordinatorService for WithoutDeliver {
+    async fn prepare(
+        &self,
+        r: tonic::Request<pb::PrepareRequest>,
+    ) -> Result<tonic::Response<pb::Ack>, tonic::Status> {
+        self.0.prepare(r).await
+    }
+    async fn prepare_reply(
+        &self,
+        r: tonic::Request<pb::PrepareReplyRequest>,
+    ) -> Result<tonic::Response<pb::Ack>, tonic::Status> {
+        self.0.prepare_reply(r).await
+    }
+    async fn decide(
+        &self,
+        r: tonic::Request<pb::DecideRequest>,
+    ) -> Result<tonic::Response<pb::Ack>, tonic::Status> {
+        self.0.decide(r).await
+    }
+    async fn deliver(
+        &self,
+        _: tonic::Request<pb::DeliverRequest>,
+    ) -> Result<tonic::Response<pb::DeliverReply>, tonic::Status> {
+        Err(tonic::Status::unimplemented("Deliver"))
+    }
+    async fn query(
+        &self,
+        r: tonic::Request<pb::QueryRequest>,
+    ) -> Result<tonic::Response<pb::QueryReply>, tonic::Status> {
+        self.0.query(r).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_receiver_without_deliver_is_sent_the_batch_one_message_at_a_time() {
+    let (grpc, inbox) = super::CoordGrpc::for_test(replica_owning_shard_2_at_epoch_3());
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("address");
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(CoordinatorServiceServer::new(WithoutDeliver(grpc)))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let mut client = CoordClient::connect_lazy(addr).expect("address");
+    let here = Route { shard: 2, epoch: 3 };
+    let ms = [
+        prepare_msg(here),
+        decide_msg(Route { shard: 4, epoch: 3 }, TxnDecision::Commit),
+        decide_msg(here, TxnDecision::Commit),
+    ];
+    let results = client.send_all(&ms).await;
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1].as_ref().err().and_then(ClientError::code),
+        Some(tonic::Code::FailedPrecondition),
+        "each message judged as the single RPC judges it"
+    );
+    let queued: Vec<Delivery> = inbox.take();
+    assert_eq!(
+        queued,
+        vec![ms[0].clone().into_delivery(), ms[2].clone().into_delivery()]
+    );
+    serving.abort();
 }

@@ -22,7 +22,7 @@ pub struct WireError {
     pub problem: String,
 }
 
-fn malformed(field: impl Into<String>, problem: impl Into<String>) -> WireError {
+pub(crate) fn malformed(field: impl Into<String>, problem: impl Into<String>) -> WireError {
     WireError {
         field: field.into(),
         problem: problem.into(),
@@ -485,4 +485,37 @@ impl CoordMessage {
             WireMessage::Decide(r) => decide_from_wire(r),
         }
     }
+}
+
+impl WireMessage {
+    /// As one message of a `Deliver` batch.
+    pub fn into_envelope(self) -> pb::Envelope {
+        use pb::envelope::Message;
+        let message = match self {
+            Self::Prepare(r) => Message::Prepare(r),
+            Self::Reply(r) => Message::Reply(r),
+            Self::Decide(r) => Message::Decide(r),
+        };
+        pb::Envelope {
+            message: Some(message),
+        }
+    }
+}
+
+/// Decodes message `index` of a `Deliver` batch; an error names it
+/// (`messages[3].prepare.placements[0].node`).
+pub fn envelope_from_wire(index: usize, e: &pb::Envelope) -> Result<CoordMessage, WireError> {
+    use pb::envelope::Message;
+    let (kind, decoded) = match &e.message {
+        None => {
+            return Err(malformed(
+                format!("messages[{index}]"),
+                "empty (no message set)",
+            ));
+        }
+        Some(Message::Prepare(r)) => ("prepare", prepare_from_wire(r)),
+        Some(Message::Reply(r)) => ("reply", reply_from_wire(r)),
+        Some(Message::Decide(r)) => ("decide", decide_from_wire(r)),
+    };
+    decoded.map_err(|e| malformed(format!("messages[{index}].{kind}.{}", e.field), e.problem))
 }
