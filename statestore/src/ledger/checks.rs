@@ -1,7 +1,7 @@
 //! Invariant checkers, one per invariant (names from ARCHITECTURE.md). Each returns the
 //! violations it finds; an empty vector means the invariant holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::command::LedgerCommand;
 use super::resource_vec::ResourceVec;
@@ -108,6 +108,33 @@ pub fn check_no_orphan_reservation(state: &LedgerState) -> Vec<Violation> {
     out
 }
 
+/// Each transaction's list of reserved pods (`Txn::reserved`) names exactly the pods
+/// reserved for it: those of an undecided transaction, none once it is decided. A record
+/// without a list (written by an older version) is not judged.
+pub fn check_reservation_lists(state: &LedgerState) -> Vec<Violation> {
+    let mut held: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (pod, p) in &state.placements {
+        if let PlacementState::Reserved { txn } = &p.state {
+            held.entry(txn.as_str()).or_default().insert(pod.as_str());
+        }
+    }
+    let mut out = Vec::new();
+    for (txn, t) in &state.txns {
+        let Some(list) = &t.reserved else { continue };
+        let listed: BTreeSet<&str> = list.iter().map(String::as_str).collect();
+        let actual = held.remove(txn.as_str()).unwrap_or_default();
+        if listed != actual {
+            out.push(Violation {
+                invariant: "index",
+                detail: format!(
+                    "txn {txn}: lists reserved pods {listed:?}, the placements reserve {actual:?}"
+                ),
+            });
+        }
+    }
+    out
+}
+
 /// I4 fencing, checked on one step: a fenced command whose epoch is not the shard's
 /// current epoch in `before` must be refused and leave the state unchanged.
 pub fn check_fencing(
@@ -144,5 +171,6 @@ pub fn check_all(state: &LedgerState) -> Vec<Violation> {
     let mut out = check_no_double_booking(state);
     out.extend(check_usage_index(state));
     out.extend(check_no_orphan_reservation(state));
+    out.extend(check_reservation_lists(state));
     out
 }

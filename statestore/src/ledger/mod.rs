@@ -29,7 +29,7 @@ pub use apply::{apply, apply_recording, apply_with};
 pub use changes::{Changes, StateKey};
 pub use checks::{
     Violation, check_all, check_fencing, check_no_double_booking, check_no_orphan_reservation,
-    check_usage_index,
+    check_reservation_lists, check_usage_index,
 };
 pub use command::{GangPlacement, LedgerCommand, PodPlacement, ReleaseReason};
 pub use context::{ApplyContext, LeaderTerm};

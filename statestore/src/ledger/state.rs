@@ -97,6 +97,12 @@ pub struct Txn {
     pub deadline_ms: u64,
     /// `None` while undecided.
     pub decision: Option<TxnDecision>,
+    /// The pods its participants reserved, while undecided (emptied by the decision), so
+    /// that the decision finds them without scanning every placement; kept in step with
+    /// the placements (checked by `check_reservation_lists`). `None` in a record written
+    /// by a version that kept no list (an older snapshot): its decision scans instead.
+    #[serde(default)]
+    pub reserved: Option<BTreeSet<String>>,
 }
 
 /// The whole ledger. Every map is ordered, so serializing it is deterministic.

@@ -1,5 +1,7 @@
 //! Unit tests and a property test of the pure ledger.
 
+use std::collections::BTreeSet;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -524,6 +526,92 @@ fn only_the_coordinator_decides_and_a_reservation_cannot_be_released_directly() 
     };
     assert_eq!(apply(&mut s, &abort), LedgerResponse::Applied);
     assert!(s.placements.is_empty());
+}
+
+fn decide(txn: &str, decision: TxnDecision) -> LedgerCommand {
+    LedgerCommand::TxnDecide {
+        txn: txn.into(),
+        shard: 1,
+        epoch: 1,
+        decision,
+    }
+}
+
+#[test]
+fn a_decision_finds_its_reservations_in_the_txn_list_and_the_list_check_catches_a_gap() {
+    let mut s = ledger();
+    apply(&mut s, &begin("t1", 1000));
+    apply(
+        &mut s,
+        &reserve("t1", 1, pod("ns/a", "gpu-3", &[("cpu", 100)])),
+    );
+    apply(
+        &mut s,
+        &reserve("t1", 2, pod("ns/b", "cpu-1", &[("cpu", 100)])),
+    );
+    let both: BTreeSet<String> = ["ns/a".to_string(), "ns/b".to_string()].into();
+    assert_eq!(s.txns["t1"].reserved.as_ref(), Some(&both));
+    assert!(check_reservation_lists(&s).is_empty());
+    // Planted: a list missing a reserved pod, and a decided transaction still listing one.
+    let mut gap = s.clone();
+    if let Some(list) = gap.txns.get_mut("t1").and_then(|t| t.reserved.as_mut()) {
+        list.remove("ns/b");
+    }
+    let v = check_reservation_lists(&gap);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].invariant, "index");
+    assert!(
+        v[0].detail.starts_with("txn t1: lists reserved pods"),
+        "{}",
+        v[0]
+    );
+    assert_eq!(
+        apply(&mut s, &decide("t1", TxnDecision::Commit)),
+        LedgerResponse::Applied
+    );
+    assert_eq!(s.placements["ns/a"].state, PlacementState::Assumed);
+    assert_eq!(s.placements["ns/b"].state, PlacementState::Assumed);
+    assert_eq!(
+        s.txns["t1"].reserved,
+        Some(BTreeSet::new()),
+        "emptied by the decision"
+    );
+    assert!(check_all(&s).is_empty());
+    let mut stale = s.clone();
+    if let Some(t) = stale.txns.get_mut("t1") {
+        t.reserved = Some(both);
+    }
+    assert_eq!(check_reservation_lists(&stale).len(), 1);
+}
+
+#[test]
+fn a_txn_recorded_without_a_reservation_list_is_decided_by_scanning_the_placements() {
+    let mut s = ledger();
+    apply(&mut s, &begin("t1", 1000));
+    apply(
+        &mut s,
+        &reserve("t1", 2, pod("ns/b", "cpu-1", &[("cpu", 100)])),
+    );
+    // As a snapshot of a version that kept no list decodes: without the field.
+    let mut record = serde_json::to_value(&s.txns["t1"]).unwrap();
+    record.as_object_mut().unwrap().remove("reserved");
+    let old: Txn = serde_json::from_value(record).unwrap();
+    assert_eq!(old.reserved, None);
+    s.txns.insert("t1".into(), old);
+    assert!(
+        check_all(&s).is_empty(),
+        "a record without a list is not judged"
+    );
+    assert_eq!(
+        apply(&mut s, &decide("t1", TxnDecision::Abort)),
+        LedgerResponse::Applied
+    );
+    assert!(
+        s.placements.is_empty(),
+        "the reservation was found and released"
+    );
+    assert!(s.usage.is_empty());
+    assert!(check_all(&s).is_empty());
 }
 
 #[test]
