@@ -302,6 +302,42 @@ fn two_queues_on_two_replicas(rt: &ShardRuntime) -> (String, String) {
     (a, b)
 }
 
+/// One round of a runtime with two replicas whose plans (made concurrently on the same
+/// snapshot) hold every gang of `gangs`, each wanting a one-GPU pod on each of `nodes`;
+/// each replica commits the gangs of its shards. What was performed, and the round's
+/// errors.
+fn one_round_of_both(
+    rt: &mut ShardRuntime,
+    sim: &mut SimCluster,
+    ledger: &mut LocalLedger,
+    nodes: &[Node],
+    gangs: &[&str],
+) -> (CyclePlan, Vec<String>) {
+    let wants = |g: &str| GangPlacement {
+        gang: ObjectKey::new("default", g),
+        placements: nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Placement {
+                pod: ObjectKey::new("default", format!("{g}-{i}")),
+                node: n.name.clone(),
+                resources: gpus(1),
+            })
+            .collect(),
+    };
+    let plan = CyclePlan {
+        gangs: gangs.iter().map(|g| wants(g)).collect(),
+        ..CyclePlan::default()
+    };
+    let mut errors = Vec::new();
+    rt.begin_round(sim, ledger, &mut errors);
+    let mut outcome = RunOutcome::default();
+    let plans: std::collections::BTreeMap<u64, CyclePlan> =
+        [(1, plan.clone()), (2, plan)].into_iter().collect();
+    let performed = rt.perform(sim, ledger, &plans, 1, &mut outcome);
+    (performed, errors)
+}
+
 #[test]
 fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_no_leak() {
     // Plans made concurrently by two replicas on the same snapshot: each gang wants the one
@@ -323,29 +359,8 @@ fn two_cross_shard_gangs_wanting_the_same_gpus_end_with_exactly_one_placed_and_n
     let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
     let mut ledger = LocalLedger::new();
     rt.load(&sim, &mut ledger).expect("loads");
-    let wants = |g: &str| GangPlacement {
-        gang: ObjectKey::new("default", g),
-        placements: nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Placement {
-                pod: ObjectKey::new("default", format!("{g}-{i}")),
-                node: n.name.clone(),
-                resources: gpus(1),
-            })
-            .collect(),
-    };
-    let plan = CyclePlan {
-        gangs: vec![wants("ga"), wants("gb")],
-        ..CyclePlan::default()
-    };
-    let mut errors = Vec::new();
-    rt.begin_round(&mut sim, &mut ledger, &mut errors);
-    let mut outcome = RunOutcome::default();
-    // Each replica's plan holds both gangs; each replica commits those of its shards.
-    let plans: std::collections::BTreeMap<u64, CyclePlan> =
-        [(1, plan.clone()), (2, plan)].into_iter().collect();
-    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    let (performed, errors) =
+        one_round_of_both(&mut rt, &mut sim, &mut ledger, &nodes, &["ga", "gb"]);
     let text = rt.report.render();
     assert_eq!(performed.gangs.len(), 1, "{text}\n{:?}", rt.report.txn_log);
     assert_eq!(rt.report.txns_started, 2, "{text}");
@@ -392,28 +407,7 @@ fn the_messages_of_a_round_to_one_replica_go_in_one_grpc_request_per_phase() {
     let mut rt = ShardRuntime::new(options(2, 2, None)).expect("valid");
     let mut ledger = LocalLedger::new();
     rt.load(&sim, &mut ledger).expect("loads");
-    let wants = |g: &str| GangPlacement {
-        gang: ObjectKey::new("default", g),
-        placements: nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Placement {
-                pod: ObjectKey::new("default", format!("{g}-{i}")),
-                node: n.name.clone(),
-                resources: gpus(1),
-            })
-            .collect(),
-    };
-    let plan = CyclePlan {
-        gangs: names.iter().map(|g| wants(g)).collect(),
-        ..CyclePlan::default()
-    };
-    let mut errors = Vec::new();
-    rt.begin_round(&mut sim, &mut ledger, &mut errors);
-    let mut outcome = RunOutcome::default();
-    let plans: std::collections::BTreeMap<u64, CyclePlan> =
-        [(1, plan.clone()), (2, plan)].into_iter().collect();
-    let performed = rt.perform(&mut sim, &mut ledger, &plans, 1, &mut outcome);
+    let (performed, errors) = one_round_of_both(&mut rt, &mut sim, &mut ledger, &nodes, &names);
     let text = rt.report.render();
     assert_eq!(performed.gangs.len(), 4, "{text}\n{:?}", rt.report.txn_log);
     assert_eq!(rt.report.txns_committed, 4, "{text}");
