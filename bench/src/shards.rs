@@ -64,10 +64,11 @@ pub struct Row {
     /// queue was full), unfinished, expired by the ledger.
     #[serde(default)]
     pub not_committed: (usize, usize, usize, usize),
-    /// gRPC requests that carried the 2PC messages between replicas (a request carries
-    /// what one replica had for another when its pump's work ran dry).
+    /// Batches that carried the 2PC messages between replicas (a batch carries what one
+    /// replica had for another when its pump's work ran dry, in one `Deliver` request
+    /// unless it is over `MAX_DELIVER_BYTES`).
     #[serde(default)]
-    pub grpc_requests: u64,
+    pub grpc_batches: u64,
     /// Wall seconds of the rounds spent planning (the round's view and every replica's
     /// cycle) and performing the plans (ledger, 2PC, binds); the rest of `wall_s` is the
     /// driver's own work between them (the round's start, invariant checks, time).
@@ -214,7 +215,7 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         ),
         violations: outcome.violations.len(),
         pending: outcome.pending.len(),
-        grpc_requests: report.coord_requests_grpc,
+        grpc_batches: report.coord_batches_grpc,
         plan_s,
         perform_s,
     })
@@ -272,10 +273,10 @@ pub fn run(b: &ShardBench) -> Result<()> {
             let (grpc, refused, local) = row.messages;
             let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} requests, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s",
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s",
                 row.replicas,
                 row.shards,
-                row.grpc_requests,
+                row.grpc_batches,
                 row.plan_s,
                 row.perform_s,
                 row.wall_s - row.plan_s - row.perform_s

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | [`raft`] | `phalanx.raft.v1` | `RaftService` (AppendEntries, Vote, InstallSnapshot) |
 //! | [`ledger`] | `phalanx.ledger.v1` | `LedgerService` (Propose, Read) |
-//! | [`coord`] | `phalanx.coord.v1` | `CoordinatorService` (Prepare, PrepareReply, Decide, Query) |
+//! | [`coord`] | `phalanx.coord.v1` | `CoordinatorService` (Prepare, PrepareReply, Decide, Deliver, Query) |
 //! | [`admin`] | `phalanx.admin.v1` | `AdminService` (Explain, Status) |
 
 /// The generated packages, nested as their proto package names are (the generated code

@@ -415,7 +415,7 @@ fn the_messages_of_a_round_to_one_replica_go_in_one_grpc_request_per_phase() {
     // At least a prepare, a reply and a decision per gang crossed between the replicas.
     assert!(rt.report.coord_messages_grpc >= 12, "{text}");
     assert!(
-        rt.report.coord_requests_grpc * 4 <= rt.report.coord_messages_grpc,
+        rt.report.coord_batches_grpc * 4 <= rt.report.coord_messages_grpc,
         "each request carried the four gangs' messages of one phase: {text}"
     );
     assert!(all_bound(&sim), "{text}");

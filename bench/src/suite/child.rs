@@ -187,7 +187,7 @@ mod tests {
                 not_committed: (1, 0, 0, 0),
                 violations: 0,
                 pending: 0,
-                grpc_requests: 0,
+                grpc_batches: 0,
                 plan_s: 0.0,
                 perform_s: 0.0,
             },

@@ -466,7 +466,7 @@ mod tests {
             not_committed: (0, 0, 0, 0),
             violations,
             pending,
-            grpc_requests: 0,
+            grpc_batches: 0,
             plan_s: 0.0,
             perform_s: 0.0,
         };

@@ -177,7 +177,7 @@ impl HeldMessages {
     }
 
     /// What was held, one batch per receiver in the order each was first sent to, each
-    /// batch in the order sent; the outbox is empty afterwards.
+    /// batch in the order sent; nothing is held afterwards.
     pub fn take_by_receiver(&mut self) -> Vec<(ReplicaId, Vec<CoordMessage>)> {
         let mut batches: Vec<(ReplicaId, Vec<CoordMessage>)> = Vec::new();
         for (to, m) in self.held.drain(..) {

@@ -184,9 +184,9 @@ pub struct ShardReport {
     pub coord_messages_grpc: u64,
     pub coord_messages_refused: u64,
     pub coord_messages_local: u64,
-    /// gRPC requests that carried the messages between replicas (one per receiver each
-    /// time a pump's work ran dry).
-    pub coord_requests_grpc: u64,
+    /// Batches that carried the messages between replicas: one per receiver each time a
+    /// pump's work ran dry (one `Deliver` request each, unless over `MAX_DELIVER_BYTES`).
+    pub coord_batches_grpc: u64,
     /// `(txn, outcome, reason)` of every transaction report.
     pub txn_log: Vec<String>,
     /// Writes the ledger refused because their epoch was stale (a deposed owner's).
@@ -257,11 +257,11 @@ impl ShardReport {
         );
         let _ = writeln!(
             out,
-            "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica; {} gRPC requests carried them",
+            "2PC messages: {} sent over gRPC, {} refused or lost, {} within a replica; {} batches carried them",
             self.coord_messages_grpc,
             self.coord_messages_refused,
             self.coord_messages_local,
-            self.coord_requests_grpc
+            self.coord_batches_grpc
         );
         let entries = self.raft_entries.map_or_else(String::new, |n| {
             format!("; {n} Raft entries in all, the load's included")
@@ -1057,7 +1057,7 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
                     Err(_) => self.rt.report.coord_messages_refused += 1,
                 }
             }
-            self.rt.report.coord_requests_grpc += 1;
+            self.rt.report.coord_batches_grpc += 1;
         }
         work.extend(
             self.rt

@@ -25,8 +25,8 @@ pub struct LoopbackStats {
     pub delivered: u64,
     /// Requests refused or not answered (receiver down, paused, cut off, not the owner).
     pub refused: u64,
-    /// gRPC requests made: one per [`LoopbackNet::send`], one per batch of
-    /// [`LoopbackNet::send_all`].
+    /// Sends: one per [`LoopbackNet::send`], one per batch of [`LoopbackNet::send_all`]
+    /// (a batch over `MAX_DELIVER_BYTES` goes in several gRPC requests).
     pub requests: u64,
 }
 

@@ -398,6 +398,28 @@ impl ClientError {
     }
 }
 
+/// A `Deliver` request carries at most this many bytes of messages (a message larger than
+/// this goes alone), well under what a receiver decodes ([`MAX_MESSAGE_BYTES`]): a pump
+/// that holds thousands of prepares for one replica sends them in several requests rather
+/// than one the receiver would refuse whole, again at every resend.
+pub const MAX_DELIVER_BYTES: usize = MAX_MESSAGE_BYTES / 4;
+
+/// How many of `envelopes`, from the first, fit in one `Deliver` request (at least one).
+fn batch_len(envelopes: &[pb::Envelope]) -> usize {
+    use prost::Message as _;
+    let mut bytes = 0usize;
+    let mut n = 0;
+    for e in envelopes {
+        // Each repeated element costs its tag and length prefix too.
+        bytes = bytes.saturating_add(e.encoded_len() + 8);
+        if n > 0 && bytes > MAX_DELIVER_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n.max(1)
+}
+
 /// A client of one replica's `CoordinatorService`; cloning shares the channel.
 #[derive(Debug, Clone)]
 pub struct CoordClient {
@@ -449,13 +471,31 @@ impl CoordClient {
         self.send_wire(m.to_wire()).await
     }
 
-    /// Sends `ms` as one `Deliver` request; one result per message, in order. A refusal of
-    /// the whole request refuses each message. A receiver that does not know `Deliver` (an
-    /// older version, during a rolling upgrade) is sent them one by one.
+    /// Sends `ms` as `Deliver` requests, as few as fit under [`MAX_DELIVER_BYTES`] each;
+    /// one result per message, in order. A refusal of a whole request refuses each of its
+    /// messages. A receiver that does not know `Deliver` (an older version, during a
+    /// rolling upgrade) is sent them one by one.
     pub async fn send_all(&mut self, ms: &[CoordMessage]) -> Vec<Result<(), ClientError>> {
-        let request = pb::DeliverRequest {
-            messages: ms.iter().map(|m| m.to_wire().into_envelope()).collect(),
-        };
+        let envelopes: Vec<pb::Envelope> = ms.iter().map(|m| m.to_wire().into_envelope()).collect();
+        let mut results = Vec::with_capacity(ms.len());
+        let mut start = 0;
+        while start < ms.len() {
+            let end = start + batch_len(&envelopes[start..]);
+            let request = pb::DeliverRequest {
+                messages: envelopes[start..end].to_vec(),
+            };
+            results.extend(self.deliver(request, &ms[start..end]).await);
+            start = end;
+        }
+        results
+    }
+
+    /// One `Deliver` request carrying `ms` (as `request`).
+    async fn deliver(
+        &mut self,
+        request: pb::DeliverRequest,
+        ms: &[CoordMessage],
+    ) -> Vec<Result<(), ClientError>> {
         match self.inner.deliver(request).await {
             Ok(reply) if reply.get_ref().outcomes.len() == ms.len() => reply
                 .get_ref()

@@ -537,6 +537,53 @@ fn a_batch_queues_its_messages_in_order_and_refuses_a_stale_one_alone() {
 }
 
 #[test]
+fn a_batch_larger_than_one_request_may_carry_goes_in_several_in_order() {
+    let mut net = LoopbackNet::new().expect("runtime");
+    net.serve(1, replica_owning_shard_2_at_epoch_3())
+        .expect("serves");
+    // 64-pod parts with long names, about 5.7 KiB each: 800 of them exceed what a receiver
+    // decodes in one request.
+    let big = |i: usize| {
+        let mut m = prepare_msg(Route { shard: 2, epoch: 3 });
+        if let CoordMessage::Prepare { prepare, .. } = &mut m {
+            prepare.gang = format!("ns/gang-{i}");
+            prepare.placements = (0..64)
+                .map(|p| {
+                    pod(
+                        &format!("ns/{i}-a-rather-long-pod-name-{p}"),
+                        "node-with-a-long-name",
+                        1,
+                    )
+                })
+                .collect();
+        }
+        m
+    };
+    let ms: Vec<CoordMessage> = (0..800).map(big).collect();
+    let wire_bytes: usize = ms
+        .iter()
+        .map(|m| prost::Message::encoded_len(&m.to_wire().into_envelope()))
+        .sum();
+    assert!(
+        wire_bytes > super::MAX_MESSAGE_BYTES,
+        "{wire_bytes} bytes: the test must exceed a request"
+    );
+    let results = net.send_all(1, &ms);
+    assert!(
+        results.iter().all(Result::is_ok),
+        "{:?}",
+        results.iter().find(|r| r.is_err())
+    );
+    let delivered: Vec<Delivery> = net.take_delivered().into_iter().map(|(_, d)| d).collect();
+    let sent: Vec<Delivery> = ms.into_iter().map(CoordMessage::into_delivery).collect();
+    // In one request the receiver would have refused them all (over its decoding limit).
+    assert!(
+        delivered == sent,
+        "every message queued once, in the order sent"
+    );
+}
+
+#[test]
 fn a_batch_to_a_paused_replica_is_refused_whole_with_why() {
     let mut net = LoopbackNet::new().expect("runtime");
     net.serve(1, replica_owning_shard_2_at_epoch_3())
