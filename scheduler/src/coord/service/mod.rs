@@ -476,16 +476,16 @@ impl CoordClient {
     /// messages. A receiver that does not know `Deliver` (an older version, during a
     /// rolling upgrade) is sent them one by one.
     pub async fn send_all(&mut self, ms: &[CoordMessage]) -> Vec<Result<(), ClientError>> {
-        let envelopes: Vec<pb::Envelope> = ms.iter().map(|m| m.to_wire().into_envelope()).collect();
+        let mut rest: Vec<pb::Envelope> = ms.iter().map(|m| m.to_wire().into_envelope()).collect();
         let mut results = Vec::with_capacity(ms.len());
         let mut start = 0;
-        while start < ms.len() {
-            let end = start + batch_len(&envelopes[start..]);
-            let request = pb::DeliverRequest {
-                messages: envelopes[start..end].to_vec(),
-            };
+        while !rest.is_empty() {
+            // The request takes its envelopes rather than a copy of them.
+            let tail = rest.split_off(batch_len(&rest));
+            let end = start + rest.len();
+            let request = pb::DeliverRequest { messages: rest };
             results.extend(self.deliver(request, &ms[start..end]).await);
-            start = end;
+            (rest, start) = (tail, end);
         }
         results
     }
