@@ -470,6 +470,7 @@ fn failover(kills: u32, seed: u64) -> Result<()> {
     let opts = DriverOptions {
         faults,
         check_ledger_every_cycle: false,
+        check_state_cache_every_cycle: false,
         horizon_ms: Some(2_000 + u64::from(kills) * 6_000 + 3_000),
         ..DriverOptions::default()
     };

@@ -76,6 +76,12 @@ pub struct Row {
     pub plan_s: f64,
     #[serde(default)]
     pub perform_s: f64,
+    /// Rounds whose view started from the last round's state patched with what changed,
+    /// and rounds that built it from the whole snapshot (`framework::state_cache`).
+    #[serde(default)]
+    pub state_patched: u64,
+    #[serde(default)]
+    pub state_built: u64,
     pub violations: usize,
     pub pending: usize,
 }
@@ -158,6 +164,7 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
     sharding.seed = b.seed;
     let opts = DriverOptions {
         check_ledger_every_cycle: false,
+        check_state_cache_every_cycle: false,
         max_cycles: 100_000,
         sharding: Some(sharding),
         ..DriverOptions::default()
@@ -218,6 +225,8 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         grpc_batches: report.coord_batches_grpc,
         plan_s,
         perform_s,
+        state_patched: report.state_cache.patches,
+        state_built: report.state_cache.builds,
     })
 }
 
@@ -273,13 +282,15 @@ pub fn run(b: &ShardBench) -> Result<()> {
             let (grpc, refused, local) = row.messages;
             let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s",
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s; round states: {} patched, {} built whole",
                 row.replicas,
                 row.shards,
                 row.grpc_batches,
                 row.plan_s,
                 row.perform_s,
-                row.wall_s - row.plan_s - row.perform_s
+                row.wall_s - row.plan_s - row.perform_s,
+                row.state_patched,
+                row.state_built
             ));
             csv.push_str(&format!(
                 "{} replicas,{},{:.1}\n",
@@ -383,6 +394,7 @@ pub fn failover(b: &FailoverBench) -> Result<()> {
     sharding.seed = b.seed;
     let opts = DriverOptions {
         check_ledger_every_cycle: false,
+        check_state_cache_every_cycle: false,
         period_ms: b.period_ms,
         max_cycles: 1_000_000,
         horizon_ms: Some(t + 1_000),

@@ -9,6 +9,7 @@
 //! | I3 | no lost placement: every placement the cycle committed ended bound | [`check_no_lost_placement`] |
 //! | I4 | fencing: no write from a stale owner is accepted | [`check_fencing`] (statestore's `check_fencing` on every fenced write of the sharded runtime) |
 //! | — | no leaked reservation: no pod stays reserved by a decided (or forgotten) transaction | [`check_no_leaked_reservation`] |
+//! | — | state cache: the state kept from round to round equals the one built from the snapshot | [`check_state_cache`] |
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -18,8 +19,9 @@ use phalanx_statestore::ledger::{
 };
 use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState};
 
+use crate::cluster::ClusterSnapshot;
 use crate::cluster::sim::SimCluster;
-use crate::framework::CyclePlan;
+use crate::framework::{CyclePlan, StateCache};
 use crate::model::Resources;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +34,19 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.invariant, self.detail)
     }
+}
+
+/// The state a [`StateCache`] kept and patched equals the state built from `snapshot`
+/// (the one it was just brought up to date with), field by field.
+pub fn check_state_cache(cache: &StateCache, snapshot: &ClusterSnapshot) -> Vec<Violation> {
+    let differences = cache.check(snapshot);
+    if differences.is_empty() {
+        return Vec::new();
+    }
+    vec![Violation {
+        invariant: "state cache",
+        detail: differences.join("; "),
+    }]
 }
 
 /// I1. Only nodes that hold a pod placed during this run are judged: a workload that starts

@@ -13,7 +13,7 @@ use crate::shards::PointReport;
 /// How a point ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Measured(PointReport),
+    Measured(Box<PointReport>),
     Failed(String),
     TimedOut(Duration),
 }
@@ -100,7 +100,7 @@ pub fn judge(status: ExitStatus, stdout: &str, stderr: &str) -> Outcome {
         });
     }
     match parse_point(stdout) {
-        Ok(r) => Outcome::Measured(r),
+        Ok(r) => Outcome::Measured(Box::new(r)),
         Err(why) => Outcome::Failed(format!("exit 0 but {why}")),
     }
 }
@@ -190,6 +190,8 @@ mod tests {
                 grpc_batches: 0,
                 plan_s: 0.0,
                 perform_s: 0.0,
+                state_patched: 899,
+                state_built: 1,
             },
             vm_hwm_kib: 204_800,
         }

@@ -469,11 +469,13 @@ mod tests {
             grpc_batches: 0,
             plan_s: 0.0,
             perform_s: 0.0,
+            state_patched: 99,
+            state_built: 1,
         };
-        child::Outcome::Measured(crate::shards::PointReport {
+        child::Outcome::Measured(Box::new(crate::shards::PointReport {
             row,
             vm_hwm_kib: 102_400,
-        })
+        }))
     }
 
     #[test]

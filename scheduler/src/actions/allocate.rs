@@ -175,7 +175,7 @@ impl Placer {
                 }
                 ran_out_of_nodes = true;
                 failed_keys.insert(key);
-                failed_roles.insert(session.state.tasks[task].role.clone());
+                failed_roles.insert(session.state.tasks[task].role().to_string());
                 if may_continue_after_no_fit(session, job, &failed_roles) {
                     continue;
                 }
@@ -228,7 +228,7 @@ fn may_continue_after_no_fit(
     if j.min_available() < min_by_role.values().sum::<u32>() {
         let left = state
             .pending_tasks(job)
-            .filter(|&t| !failed_roles.contains(&state.tasks[t].role))
+            .filter(|&t| !failed_roles.contains(state.tasks[t].role()))
             .count() as u32;
         return j.ready_count + left >= j.min_available();
     }

@@ -32,6 +32,30 @@ pub fn run_cycle(
     run_cycle_scoped(snapshot, conf, scheduler_name, None)
 }
 
+/// [`run_cycle`] on the snapshot's state as a [`crate::framework::StateCache`] keeps it.
+pub fn run_cycle_on_state(
+    state: crate::framework::SessionState,
+    conf: &SchedulerConf,
+) -> (CyclePlan, Session) {
+    run_session(Session::open_state(state, conf))
+}
+
+/// [`run_cycle_scoped`] on the snapshot's state as a [`crate::framework::StateCache`]
+/// keeps it.
+pub fn run_cycle_scoped_on_state(
+    state: crate::framework::SessionState,
+    conf: &SchedulerConf,
+    scope: Option<&crate::framework::CycleScope>,
+) -> (CyclePlan, Session) {
+    match scope {
+        None => run_cycle_on_state(state, conf),
+        Some(scope) => {
+            let view = std::sync::Arc::new(RoundView::from_state(state, conf, &scope.map));
+            run_cycle_in_view(&view, conf, scope)
+        }
+    }
+}
+
 /// [`run_cycle`] for one replica of a sharded scheduler: only the jobs of the shards in
 /// `scope` are admitted, placed or make room; node choice prefers each gang's home pool
 /// (see [`crate::framework::scope`]). `None` is the whole cluster, as [`run_cycle`].

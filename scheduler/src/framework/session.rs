@@ -47,6 +47,19 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// The status a snapshot's pod starts a cycle in.
+    pub fn of_pod(pod: &Pod) -> Self {
+        match (pod.phase, &pod.node_name) {
+            (PodPhase::Succeeded, _) => Self::Succeeded,
+            (PodPhase::Failed, _) => Self::Failed,
+            // Going away (an earlier cycle's victim): holds its node until it is gone.
+            (_, Some(_)) if pod.terminating => Self::Releasing,
+            (PodPhase::Running, Some(_)) => Self::Running,
+            (_, Some(_)) => Self::Bound,
+            (_, None) => Self::Pending,
+        }
+    }
+
     /// Holds resources on its node.
     pub fn occupies_node(self) -> bool {
         matches!(
@@ -141,8 +154,6 @@ pub struct TaskInfo {
     pub node: Option<NodeId>,
     /// Resolved priority (spec.priority, else its PriorityClass, else the global default).
     pub priority: i32,
-    /// The task role inside the job (`volcano.sh/task-spec`, else "").
-    pub role: String,
     /// Tasks with equal keys get equal predicate results and node scores on equal nodes.
     pub placement_key: u64,
     /// False when the pod carries `volcano.sh/preemptable: "false"`: never a victim.
@@ -152,6 +163,12 @@ pub struct TaskInfo {
 }
 
 impl TaskInfo {
+    /// The task role inside the job (`volcano.sh/task-spec`, else ""), read from the pod
+    /// rather than copied: a kept state is cloned every round.
+    pub fn role(&self) -> &str {
+        self.pod.task_role.as_deref().unwrap_or_default()
+    }
+
     pub fn resreq(&self) -> &Resources {
         &self.pod.requests
     }
@@ -281,6 +298,14 @@ impl Nodes {
         }
     }
 
+    /// Folds the nodes this table copied back into a table of its own (a kept state
+    /// patched while a round still shared its table).
+    pub fn settle(&mut self) {
+        if !self.copies.is_empty() {
+            *self = Self::new(self.iter().cloned().collect());
+        }
+    }
+
     /// How many nodes this session copied out of a shared table (changed nodes).
     pub fn copied(&self) -> usize {
         self.copies.len()
@@ -343,7 +368,7 @@ impl<'a> IntoIterator for &'a Nodes {
 }
 
 /// The data of one cycle. Plugins read it; only the session's own methods change it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SessionState {
     pub now_ms: TimeMs,
     pub nodes: Nodes,
@@ -420,7 +445,12 @@ impl Session {
     /// Builds the session for one cycle. `scheduler_name` selects the pods this scheduler
     /// places; every other pod is accounted on its node but never moved.
     pub fn open(snapshot: &ClusterSnapshot, conf: &SchedulerConf, scheduler_name: &str) -> Self {
-        let mut state = SessionState::build(snapshot, scheduler_name);
+        Self::open_state(SessionState::build(snapshot, scheduler_name), conf)
+    }
+
+    /// [`Self::open`] on a state already built from the snapshot (as
+    /// [`crate::framework::StateCache`] keeps it).
+    pub fn open_state(mut state: SessionState, conf: &SchedulerConf) -> Self {
         state.timeouts = TimeoutDefaults::from_conf(conf);
         for job in &mut state.jobs {
             job.timeout = GangTimeout::resolve(&job.pod_group, &state.timeouts);
@@ -519,8 +549,23 @@ impl Session {
     }
 }
 
+/// A state built from a snapshot, with what [`crate::framework::StateCache`] needs to
+/// patch it later instead of building it again.
+pub(crate) struct BuiltState {
+    pub state: SessionState,
+    pub job_index: JobIndex,
+    /// Per snapshot pod (in the snapshot's order): its task, `None` for a pod left out.
+    pub pod_task: Vec<Option<TaskId>>,
+    /// Per snapshot PodGroup (in the snapshot's order): its job.
+    pub group_job: Vec<JobId>,
+}
+
 impl SessionState {
-    fn build(snapshot: &ClusterSnapshot, scheduler_name: &str) -> Self {
+    pub(crate) fn build(snapshot: &ClusterSnapshot, scheduler_name: &str) -> Self {
+        Self::build_indexed(snapshot, scheduler_name).state
+    }
+
+    pub(crate) fn build_indexed(snapshot: &ClusterSnapshot, scheduler_name: &str) -> BuiltState {
         let mut nodes: Vec<NodeInfo> = snapshot.nodes.iter().cloned().map(NodeInfo::new).collect();
         // Node ids follow node names so that ties broken by id are broken by name.
         nodes.sort_by(|a, b| a.node.name.cmp(&b.node.name));
@@ -582,27 +627,44 @@ impl SessionState {
         };
 
         let mut job_index = JobIndex::default();
-        let mut groups: Vec<&Arc<PodGroup>> = snapshot.pod_groups.iter().collect();
-        groups.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
-        for group in groups {
-            let id = state.add_job(group.clone(), false);
-            job_index.insert(group.key.clone(), id);
+        let groups = &snapshot.pod_groups;
+        let mut group_order: Vec<usize> = (0..groups.len()).collect();
+        group_order.sort_by(|&a, &b| creation_order(&groups[a], &groups[b]));
+        let mut group_job = vec![0; groups.len()];
+        for g in group_order {
+            let id = state.add_job(groups[g].clone(), false);
+            job_index.insert(groups[g].key.clone(), id);
+            group_job[g] = id;
         }
 
-        let mut pods: Vec<&Arc<Pod>> = snapshot.pods.iter().collect();
-        pods.sort_by(|a, b| (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key)));
-        for pod in pods {
-            state.add_task(pod, scheduler_name, &mut job_index);
+        let pods = &snapshot.pods;
+        let mut pod_order: Vec<usize> = (0..pods.len()).collect();
+        pod_order.sort_by(|&a, &b| creation_order_of_pods(&pods[a], &pods[b]));
+        let mut pod_task = vec![None; pods.len()];
+        for p in pod_order {
+            pod_task[p] = state.add_task(&pods[p], scheduler_name, &mut job_index);
         }
-        for n in &state.nodes {
-            let mut beyond = Resources::new();
-            beyond.sub_clamped(&n.idle);
-            state.over_committed.add(&beyond);
+        state.count_over_committed();
+        BuiltState {
+            state,
+            job_index,
+            pod_task,
+            group_job,
         }
-        state
     }
 
-    fn add_job(&mut self, pod_group: Arc<PodGroup>, shadow: bool) -> JobId {
+    /// `over_committed` from the nodes' idle amounts.
+    pub(crate) fn count_over_committed(&mut self) {
+        let mut total = Resources::new();
+        for n in &self.nodes {
+            let mut beyond = Resources::new();
+            beyond.sub_clamped(&n.idle);
+            total.add(&beyond);
+        }
+        self.over_committed = total;
+    }
+
+    pub(crate) fn add_job(&mut self, pod_group: Arc<PodGroup>, shadow: bool) -> JobId {
         let id = self.jobs.len();
         let queue = self.queue_index.get(&pod_group.queue).copied();
         if let Some(q) = queue {
@@ -654,45 +716,23 @@ impl SessionState {
         id
     }
 
-    fn add_task(&mut self, pod: &Arc<Pod>, scheduler_name: &str, job_index: &mut JobIndex) {
-        if pod.is_terminated() && pod.group.is_none() {
-            return; // A finished pod outside any gang matters to nobody.
+    /// Adds the pod as the next task (pods are added in creation order), making the job it
+    /// needs when it has none yet. Returns its task, `None` for a pod left out.
+    fn add_task(
+        &mut self,
+        pod: &Arc<Pod>,
+        scheduler_name: &str,
+        job_index: &mut JobIndex,
+    ) -> Option<TaskId> {
+        if !is_task(pod) {
+            return None;
         }
         let managed = pod.scheduler_name == scheduler_name;
-        let status = match (pod.phase, &pod.node_name) {
-            (PodPhase::Succeeded, _) => TaskStatus::Succeeded,
-            (PodPhase::Failed, _) => TaskStatus::Failed,
-            // Going away (an earlier cycle's victim): holds its node until it is gone.
-            (_, Some(_)) if pod.terminating => TaskStatus::Releasing,
-            (PodPhase::Running, Some(_)) => TaskStatus::Running,
-            (_, Some(_)) => TaskStatus::Bound,
-            (_, None) => TaskStatus::Pending,
-        };
-        let node = pod
-            .node_name
-            .as_ref()
-            .and_then(|n| self.node_index.get(n).copied());
-        let job = match &pod.group {
-            Some(group) => match job_index.get(&pod.key.namespace, group) {
-                // The orphans' job holds their pending pods only, as each was before.
-                Some(id) if self.jobs[id].missing_group.is_some() => {
-                    (managed && status == TaskStatus::Pending).then_some(id)
-                }
-                Some(id) => Some(id),
-                None if managed && status == TaskStatus::Pending => {
-                    Some(self.add_orphan_job(pod, group, job_index))
-                }
-                None => None,
-            },
-            None if managed
-                && matches!(
-                    status,
-                    TaskStatus::Pending
-                        | TaskStatus::Bound
-                        | TaskStatus::Running
-                        | TaskStatus::Releasing
-                ) =>
-            {
+        let status = TaskStatus::of_pod(pod);
+        let job = match self.find_job(pod, managed, status, job_index) {
+            JobOfPod::Found(job) => job,
+            JobOfPod::MissingGroup(group) => Some(self.add_orphan_job(pod, group, job_index)),
+            JobOfPod::Shadow => {
                 // A managed pod without a PodGroup is a gang of one (Volcano's shadow
                 // PodGroup), running or not: it counts in its queue and may be a victim.
                 let mut shadow = PodGroup::new(pod.key.clone(), 1);
@@ -703,10 +743,63 @@ impl SessionState {
                 job_index.insert(pod.key.clone(), id);
                 Some(id)
             }
-            None => None,
         };
+        let id = self.tasks.len();
+        self.tasks.push(self.task_info(pod, managed, status, job));
+        if let Some(j) = self.tasks[id].job {
+            self.jobs[j].tasks.push(id);
+        }
+        self.account_task(id, Account::Add);
+        Some(id)
+    }
+
+    /// The job of a pod, as [`Self::add_task`] finds it; `MissingGroup` and `Shadow` say
+    /// which job would have to be made for it.
+    pub(crate) fn find_job<'p>(
+        &self,
+        pod: &'p Pod,
+        managed: bool,
+        status: TaskStatus,
+        job_index: &JobIndex,
+    ) -> JobOfPod<'p> {
+        match &pod.group {
+            Some(group) => match job_index.get(&pod.key.namespace, group) {
+                // The orphans' job holds their pending pods only, as each was before.
+                Some(id) if self.jobs[id].missing_group.is_some() => {
+                    JobOfPod::Found((managed && status == TaskStatus::Pending).then_some(id))
+                }
+                Some(id) => JobOfPod::Found(Some(id)),
+                None if managed && status == TaskStatus::Pending => JobOfPod::MissingGroup(group),
+                None => JobOfPod::Found(None),
+            },
+            None if managed
+                && matches!(
+                    status,
+                    TaskStatus::Pending
+                        | TaskStatus::Bound
+                        | TaskStatus::Running
+                        | TaskStatus::Releasing
+                ) =>
+            {
+                JobOfPod::Shadow
+            }
+            None => JobOfPod::Found(None),
+        }
+    }
+
+    /// The task of `pod` in `job` (its job as found by [`Self::find_job`]), counted nowhere.
+    pub(crate) fn task_info(
+        &self,
+        pod: &Arc<Pod>,
+        managed: bool,
+        status: TaskStatus,
+        job: Option<JobId>,
+    ) -> TaskInfo {
+        let node = pod
+            .node_name
+            .as_ref()
+            .and_then(|n| self.node_index.get(n).copied());
         let priority = self.resolve_priority(pod.priority, pod.priority_class_name.as_deref());
-        let role = pod.task_role.clone().unwrap_or_default();
         let facts = pod.spec_memo.get_or_init(|| SpecFacts {
             placement_key: placement_key(pod),
             preemptable: pod_preemptable(pod),
@@ -718,8 +811,7 @@ impl SessionState {
                 .as_ref()
                 .is_some_and(|c| self.never_preempt_classes.contains(c)),
         };
-        let id = self.tasks.len();
-        self.tasks.push(TaskInfo {
+        TaskInfo {
             pod: Arc::clone(pod),
             job: if managed || status != TaskStatus::Pending {
                 job
@@ -730,45 +822,66 @@ impl SessionState {
             status,
             node,
             priority,
-            role,
             placement_key: facts.placement_key,
             preemptable: facts.preemptable,
             may_preempt,
-        });
+        }
+    }
+
+    /// Adds what task `id` counts for (in its job, on its node, in its queue and the
+    /// totals) as the snapshot has it, or takes it away again.
+    pub(crate) fn account_task(&mut self, id: TaskId, account: Account) {
+        let add = account == Account::Add;
+        let step = |count: &mut u32| {
+            if add { *count += 1 } else { *count -= 1 }
+        };
         let task = &self.tasks[id];
-        if let Some(j) = task.job {
+        let (status, node, job) = (task.status, task.node, task.job);
+        let best_effort = task.is_best_effort();
+        let pod = Arc::clone(&task.pod);
+        let req = &pod.requests;
+        if let Some(j) = job {
             let job = &mut self.jobs[j];
-            job.tasks.push(id);
             if status != TaskStatus::Failed && status != TaskStatus::Releasing {
-                job.valid_count += 1;
+                step(&mut job.valid_count);
             }
             if status.is_ready() {
-                job.ready_count += 1;
+                step(&mut job.ready_count);
             }
-            if status == TaskStatus::Pending && task.is_best_effort() {
-                job.pending_best_effort += 1;
+            if status == TaskStatus::Pending && best_effort {
+                step(&mut job.pending_best_effort);
             }
         }
-        let req = &pod.requests;
+        let amount = |r: &mut Resources| if add { r.add(req) } else { r.sub(req) };
         if status == TaskStatus::Releasing {
             // Held on the node, released in the future; not its job's or queue's any more.
             if let Some(n) = node {
-                self.nodes[n].take(req);
-                self.nodes[n].releasing.add(req);
-                self.nodes[n].releasing_pods += 1;
-                self.total_used.add(req);
+                let info = &mut self.nodes[n];
+                if add {
+                    info.take(req)
+                } else {
+                    info.give_back(req)
+                }
+                amount(&mut info.releasing);
+                info.releasing_pods += if add { 1 } else { -1 };
+                amount(&mut self.total_used);
             }
         } else if status.occupies_node() {
             // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
             // nothing that this cycle could place on; its job and queue still count it.
             if let Some(n) = node {
-                self.nodes[n].take(req);
-                self.total_used.add(req);
+                let info = &mut self.nodes[n];
+                if add {
+                    info.take(req)
+                } else {
+                    info.give_back(req)
+                }
+                amount(&mut self.total_used);
             }
-            if let Some(j) = self.tasks[id].job {
-                self.jobs[j].allocated.add(req);
+            if let Some(j) = job {
+                amount(&mut self.jobs[j].allocated);
                 if let Some(q) = self.jobs[j].queue {
-                    self.queues[q].allocated.add(req);
+                    amount(&mut self.queues[q].allocated);
                 }
             }
         }
@@ -977,7 +1090,7 @@ impl SessionState {
         for &t in &self.jobs[job].tasks {
             let task = &self.tasks[t];
             if task.status.is_ready() {
-                *out.entry(task.role.as_str()).or_insert(0) += 1;
+                *out.entry(task.role()).or_insert(0) += 1;
             }
         }
         out
@@ -993,7 +1106,7 @@ impl SessionState {
             let pending_best_effort =
                 task.status == TaskStatus::Pending && task.managed && task.is_best_effort();
             if task.status.is_ready() || pending_best_effort {
-                *out.entry(task.role.as_str()).or_insert(0) += 1;
+                *out.entry(task.role()).or_insert(0) += 1;
             }
         }
         out
@@ -1005,7 +1118,7 @@ impl SessionState {
         for &t in &self.jobs[job].tasks {
             let task = &self.tasks[t];
             if task.status != TaskStatus::Failed && task.status != TaskStatus::Releasing {
-                *out.entry(task.role.as_str()).or_insert(0) += 1;
+                *out.entry(task.role()).or_insert(0) += 1;
             }
         }
         out
@@ -1024,20 +1137,52 @@ impl SessionState {
 /// The jobs of a session being built, by PodGroup (or shadow pod) key: namespace, then
 /// name, so that each pod finds its group's job without building a key (two `String`s per
 /// pod per round before).
-#[derive(Default)]
-struct JobIndex(FastMap<String, FastMap<String, JobId>>);
+#[derive(Clone, Default)]
+pub(crate) struct JobIndex(FastMap<String, FastMap<String, JobId>>);
 
 impl JobIndex {
-    fn get(&self, namespace: &str, name: &str) -> Option<JobId> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<JobId> {
         self.0.get(namespace)?.get(name).copied()
     }
 
-    fn insert(&mut self, key: ObjectKey, id: JobId) {
+    pub(crate) fn insert(&mut self, key: ObjectKey, id: JobId) {
         self.0
             .entry(key.namespace)
             .or_default()
             .insert(key.name, id);
     }
+}
+
+/// The job a pod belongs to while a state is built ([`SessionState::find_job`]).
+pub(crate) enum JobOfPod<'p> {
+    /// Its job exists (`None`: it is in no job).
+    Found(Option<JobId>),
+    /// It names this PodGroup, which does not exist: its pods make one blocked job.
+    MissingGroup(&'p str),
+    /// A managed pod without a PodGroup: a gang of one is made for it.
+    Shadow,
+}
+
+/// Whether [`SessionState::account_task`] adds a task's share or takes it away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Account {
+    Add,
+    Remove,
+}
+
+/// A finished pod outside any gang matters to nobody: it is no task.
+pub(crate) fn is_task(pod: &Pod) -> bool {
+    !(pod.is_terminated() && pod.group.is_none())
+}
+
+/// The order tasks are numbered in: creation, then key.
+pub(crate) fn creation_order_of_pods(a: &Pod, b: &Pod) -> std::cmp::Ordering {
+    (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key))
+}
+
+/// The order PodGroups' jobs are numbered in: creation, then key.
+pub(crate) fn creation_order(a: &PodGroup, b: &PodGroup) -> std::cmp::Ordering {
+    (a.creation_index, &a.key).cmp(&(b.creation_index, &b.key))
 }
 
 /// `volcano.sh/preemptable`, read as Volcano reads it: the annotation, else the label;

@@ -88,7 +88,13 @@ impl RoundView {
         scheduler_name: &str,
         map: &ShardMap,
     ) -> Self {
-        let mut session = Session::open(snapshot, conf, scheduler_name);
+        Self::from_state(SessionState::build(snapshot, scheduler_name), conf, map)
+    }
+
+    /// [`Self::build`] from the snapshot's state as a [`crate::framework::StateCache`]
+    /// keeps it.
+    pub fn from_state(state: SessionState, conf: &SchedulerConf, map: &ShardMap) -> Self {
+        let mut session = Session::open_state(state, conf);
         let state = &session.state;
         let queue_shares = if session.plugins.has("proportion") {
             crate::plugins::proportion::compute_deserved(state)

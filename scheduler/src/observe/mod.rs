@@ -97,6 +97,8 @@ pub mod name {
             "GPUs of the cluster's schedulable nodes, by state (allocatable, used)";
         // The replica's loop.
         CYCLES = "phalanx_cycles_total", Counter, "Scheduling cycles run";
+        STATE_CACHE_CYCLES = "phalanx_state_cache_cycles_total", Counter,
+            "Cycles by how their state was made from the watch caches (patched, built, mismatch)";
         /// Why each period of serve's loop started, by `reason` (period, raft, refusal,
         /// shard_moved): all but `period` are early wakeups (`serve/wakeup.rs`).
         LOOP_WAKEUPS = "phalanx_loop_wakeups_total", Counter,

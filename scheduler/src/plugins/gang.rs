@@ -70,7 +70,7 @@ pub fn keeps_gangs_whole(state: &SessionState, victims: &[TaskId]) -> bool {
     j.pod_group.min_task_member.iter().all(|(role, min)| {
         let leaving = victims
             .iter()
-            .filter(|&&v| state.tasks[v].role == *role)
+            .filter(|&&v| state.tasks[v].role() == role)
             .count() as u32;
         ready.get(role.as_str()).copied().unwrap_or(0) >= min + leaving
     })

@@ -322,37 +322,25 @@ impl Plugin for ProportionPlugin {
     }
 
     fn job_enqueueable(&self, state: &SessionState, job: JobId) -> Vote {
-        match self.enqueue_refusal(state, job) {
+        match self.admission_refused(state, job) {
             Some(_) => Vote::Reject,
             None => Vote::Permit,
         }
     }
 
     fn enqueue_refusal(&self, state: &SessionState, job: JobId) -> Option<String> {
+        let refused = self.admission_refused(state, job)?;
         let j = &state.jobs[job];
         let (queue, min) = (j.queue?, j.min_resources()?);
         let s = &self.queues[queue];
-        let wanted = min.plus(&state.queues[queue].allocated).plus(&s.inqueue);
         let name = &state.queues[queue].queue.name;
-        if !wanted.restricted_to(min).within_limit(&s.real_capability) {
+        if refused == Refused::OverCapability {
             return Some(format!(
                 "queue {name} cannot admit it: minResources {min} plus {} allocated and {} admitted exceed the queue's capability {}",
                 state.queues[queue].allocated.restricted_to(min),
                 s.inqueue.restricted_to(min),
                 s.real_capability.restricted_to(min),
             ));
-        }
-        // Where the queue cannot have all it asks for (its deserved amount is below its
-        // request), a queue whose allocated and admitted amounts already reach its deserved
-        // amount admits nothing more: allocate would never give it more, and the admission
-        // would hold budget that other queues need (volcano#5006).
-        let held = state.queues[queue].allocated.plus(&s.inqueue);
-        let at_share = min.names().any(|r| {
-            let r = r.as_str();
-            s.deserved.get(r) < s.request.get(r) && held.get(r) >= s.deserved.get(r)
-        });
-        if !at_share {
-            return None;
         }
         Some(format!(
             "queue {name} is at its deserved share: {} allocated and {} admitted reach its deserved {}",
@@ -367,6 +355,37 @@ impl Plugin for ProportionPlugin {
         if let (Some(q), Some(min)) = (j.queue, j.min_resources()) {
             self.queues[q].inqueue.add(min);
         }
+    }
+}
+
+/// Why `proportion` refuses to admit a gang; the message is written only for the refusal
+/// that is reported (every pending gang is asked every round).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    OverCapability,
+    AtDeservedShare,
+}
+
+impl ProportionPlugin {
+    fn admission_refused(&self, state: &SessionState, job: JobId) -> Option<Refused> {
+        let j = &state.jobs[job];
+        let (queue, min) = (j.queue?, j.min_resources()?);
+        let s = &self.queues[queue];
+        let allocated = &state.queues[queue].allocated;
+        let wanted = min.plus(allocated).plus(&s.inqueue);
+        if !wanted.restricted_to(min).within_limit(&s.real_capability) {
+            return Some(Refused::OverCapability);
+        }
+        // Where the queue cannot have all it asks for (its deserved amount is below its
+        // request), a queue whose allocated and admitted amounts already reach its deserved
+        // amount admits nothing more: allocate would never give it more, and the admission
+        // would hold budget that other queues need (volcano#5006).
+        let held = allocated.plus(&s.inqueue);
+        let at_share = min.names().any(|r| {
+            let r = r.as_str();
+            s.deserved.get(r) < s.request.get(r) && held.get(r) >= s.deserved.get(r)
+        });
+        at_share.then_some(Refused::AtDeservedShare)
     }
 }
 

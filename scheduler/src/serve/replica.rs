@@ -42,7 +42,9 @@ use super::twophase::{PumpInput, TwoPhase};
 use super::{ServeOptions, metric};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, ClusterSnapshot};
-use crate::framework::{CycleScope, GangPlacement, HomePool, run_cycle, run_cycle_scoped};
+use crate::framework::{
+    CycleScope, GangPlacement, HomePool, StateCache, run_cycle_on_state, run_cycle_scoped_on_state,
+};
 use crate::ledger::sharded::Fence;
 use crate::ledger::{LedgerBackend, LedgerError, Verdict};
 use crate::model::ObjectKey;
@@ -118,7 +120,13 @@ pub struct ShardedReplica {
     admin: Option<Arc<AdminShared>>,
     /// The binds of committed placements, running off the cycle.
     binds: BindPool,
+    /// The cluster's state kept from cycle to cycle, patched with what the watch caches
+    /// changed ([`crate::framework::state_cache`]).
+    state_cache: StateCache,
 }
+
+/// Every this many patched cycles, serve builds the state whole as well and compares.
+const STATE_CACHE_VERIFY_EVERY: u64 = 100;
 
 impl ShardedReplica {
     #[allow(clippy::too_many_arguments)]
@@ -133,7 +141,10 @@ impl ShardedReplica {
         binds: BindPool,
     ) -> Self {
         let members = opts.peers.keys().copied().chain([opts.id]).collect();
+        let state_cache =
+            StateCache::new(&opts.scheduler_name).verify_every(STATE_CACHE_VERIFY_EVERY);
         Self {
+            state_cache,
             opts,
             map,
             ledger,
@@ -228,6 +239,22 @@ impl ShardedReplica {
         let mut snapshot = cluster.snapshot();
         self.binds.assume(&mut snapshot);
         snapshot
+    }
+
+    /// The snapshot's state, patched from the last cycle's; counted by how it was made.
+    fn cached_state(&mut self, snapshot: &ClusterSnapshot) -> crate::framework::SessionState {
+        let before = self.state_cache.stats();
+        let (state, _) = self.state_cache.state(snapshot);
+        let after = self.state_cache.stats();
+        let how = if after.mismatches > before.mismatches {
+            "mismatch"
+        } else if after.builds > before.builds {
+            "built"
+        } else {
+            "patched"
+        };
+        counter!(metric::STATE_CACHE_CYCLES, "how" => how).increment(1);
+        state
     }
 
     /// Stopping (SIGTERM): starts no bind more, waits up to `grace` for the binds already
@@ -423,20 +450,16 @@ impl ShardedReplica {
         } else {
             self.snapshot(cluster)
         };
+        let state = self.cached_state(&snapshot);
         let (plan, session) = if self.opts.shards == 1 {
-            run_cycle(&snapshot, &self.opts.conf, &self.opts.scheduler_name)
+            run_cycle_on_state(state, &self.opts.conf)
         } else {
             let scope = CycleScope::new(
                 self.map.clone(),
                 owned.keys().copied().collect(),
                 HomePool::Strict,
             );
-            run_cycle_scoped(
-                &snapshot,
-                &self.opts.conf,
-                &self.opts.scheduler_name,
-                Some(&scope),
-            )
+            run_cycle_scoped_on_state(state, &self.opts.conf, Some(&scope))
         };
         self.progress.mark();
         let pending = (0..session.state.jobs.len())

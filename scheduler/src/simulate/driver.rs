@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
 use crate::framework::cycle::pending_reason;
-use crate::framework::{CyclePlan, GangPlacement, SchedulerConf, run_cycle};
+use crate::framework::{CyclePlan, GangPlacement, SchedulerConf, StateCache, run_cycle_on_state};
 use crate::invariants::{self, Violation};
 use crate::ledger::{
     LocalLedger, PlacementLedger, ReleaseReason, ScheduledFault, Verdict, check_ledger, held_by,
@@ -40,6 +40,10 @@ pub struct DriverOptions {
     /// read of the whole ledger with several replicas: off for large generated runs, which
     /// check once at the end).
     pub check_ledger_every_cycle: bool,
+    /// Compare the state kept from round to round ([`crate::framework::StateCache`]) with
+    /// one built from the snapshot, every cycle (invariant "state cache"; doubles the cost
+    /// of opening a cycle's state: off for large generated runs and benchmarks).
+    pub check_state_cache_every_cycle: bool,
     /// Faults injected into the replicated ledger at simulated times.
     pub faults: Vec<ScheduledFault>,
     /// Shards and scheduler replicas (`None`: one scheduler owning the single shard, the
@@ -68,6 +72,7 @@ impl Default for DriverOptions {
             check_invariants: true,
             check_gang_atomicity: true,
             check_ledger_every_cycle: true,
+            check_state_cache_every_cycle: true,
             faults: Vec::new(),
             sharding: None,
             pace_wall_clock: false,
@@ -166,7 +171,12 @@ pub fn drive_with(
 ) -> RunOutcome {
     let mut outcome = RunOutcome::default();
     let mut sharded = match opts.sharding.clone().map(ShardRuntime::new).transpose() {
-        Ok(rt) => rt,
+        Ok(mut rt) => {
+            if let Some(rt) = rt.as_mut() {
+                rt.check_state_cache = opts.check_invariants && opts.check_state_cache_every_cycle;
+            }
+            rt
+        }
         Err(e) => {
             outcome.ledger_errors.push(e);
             return outcome;
@@ -197,6 +207,7 @@ pub fn drive_with(
     let mut in_doubt: Vec<(u32, GangPlacement)> = Vec::new();
     let (run_started, sim_started_ms) = (Instant::now(), sim.now_ms());
     let mut quorum = QuorumWatch::new(ledger.replicas());
+    let mut state_cache = StateCache::new(&opts.scheduler_name);
     // Pods that finished while the ledger had no quorum: released once it is back.
     let mut finished_without_quorum: Vec<ObjectKey> = Vec::new();
     loop {
@@ -276,7 +287,15 @@ pub fn drive_with(
                 (round.merged, round.per_replica, round.pending)
             }
             None => {
-                let (plan, session) = run_cycle(&snapshot, conf, &opts.scheduler_name);
+                let (state, _) = state_cache.state(&snapshot);
+                if opts.check_invariants && opts.check_state_cache_every_cycle {
+                    let found = invariants::check_state_cache(&state_cache, &snapshot);
+                    let cycle = outcome.cycles + 1;
+                    outcome
+                        .violations
+                        .extend(found.into_iter().map(|v| (cycle, v)));
+                }
+                let (plan, session) = run_cycle_on_state(state, conf);
                 (plan, BTreeMap::new(), pending_of(&session))
             }
         };

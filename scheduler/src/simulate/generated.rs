@@ -35,6 +35,7 @@ pub fn run(
         scheduler_name: spec.scheduler_name.clone(),
         // One full ledger read per cycle would dominate a large run; check it at the end.
         check_ledger_every_cycle: nodes <= 100,
+        check_state_cache_every_cycle: nodes <= 100,
         period_ms,
         faults,
         sharding,

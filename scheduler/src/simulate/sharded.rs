@@ -204,6 +204,8 @@ pub struct ShardReport {
     /// admission, per-queue shares: once per round, not per replica) and rounds built.
     pub view_cpu_ns: u64,
     pub view_rounds: u64,
+    /// How the views' states were made: patched from the last round's, or built whole.
+    pub state_cache: crate::framework::state_cache::CacheStats,
     /// Wall-clock milliseconds from a cross-shard transaction's start (its `TxnBegin`
     /// proposal is the coordinator's first command) to its decision being reported.
     pub txn_decision_ms: Vec<f64>,
@@ -354,6 +356,11 @@ pub struct ShardRuntime {
     /// The configuration and scheduler name the replicas plan with (set by `plan_round`;
     /// Volcano's defaults before): participants judge fit with the same plugins.
     scheduler: (crate::framework::SchedulerConf, String),
+    /// The cluster's state kept from round to round for the shared view (see
+    /// [`crate::framework::state_cache`]); made at the first round, for its scheduler name.
+    state_cache: Option<crate::framework::StateCache>,
+    /// Compare the kept state with one built from the snapshot every round (tests).
+    pub check_state_cache: bool,
     pub report: ShardReport,
 }
 
@@ -410,6 +417,8 @@ impl ShardRuntime {
                 crate::framework::SchedulerConf::volcano_default(),
                 crate::model::DEFAULT_SCHEDULER_NAME.to_string(),
             ),
+            state_cache: None,
+            check_state_cache: false,
         })
     }
 
@@ -1521,6 +1530,27 @@ impl ShardRuntime {
         self.map.shard_of_queue(queue)
     }
 
+    /// The snapshot's state from the kept one, checked against a built one when asked.
+    fn cached_state(
+        &mut self,
+        snapshot: &crate::cluster::ClusterSnapshot,
+        scheduler_name: &str,
+    ) -> crate::framework::SessionState {
+        let cache = match &mut self.state_cache {
+            Some(c) if c.scheduler_name() == scheduler_name => c,
+            slot => slot.insert(crate::framework::StateCache::new(scheduler_name)),
+        };
+        let (state, _) = cache.state(snapshot);
+        if self.check_state_cache {
+            self.report.checks += 1;
+            let found = invariants::check_state_cache(cache, snapshot);
+            self.report.checks_failed += found.len() as u64;
+            self.violations.extend(found);
+        }
+        self.report.state_cache = cache.stats();
+        state
+    }
+
     /// Each running replica plans the shards it owns (as it last learned them) on its own
     /// OS thread, all from the same round snapshot: the plans are pure functions of
     /// (snapshot, scope), so the result does not depend on thread timing. What every
@@ -1556,7 +1586,8 @@ impl ShardRuntime {
             return RoundPlans::default();
         }
         let before = super::thread_cpu::thread_cpu_ns();
-        let view = crate::framework::RoundView::build(snapshot, conf, scheduler_name, &self.map);
+        let state = self.cached_state(snapshot, scheduler_name);
+        let view = crate::framework::RoundView::from_state(state, conf, &self.map);
         let view_cpu = before
             .zip(super::thread_cpu::thread_cpu_ns())
             .map(|(b, a)| a.saturating_sub(b));
