@@ -4,8 +4,9 @@
 //! job and pod) and to decide every gang's admission, so each replica's planning cost stayed
 //! that of the whole cluster whatever the replica count. The work every replica would
 //! repeat on the same data is done once per round into a [`RoundView`] (read-only, shared
-//! by `Arc`); it is what a replica's informer cache would keep current incrementally:
-//! - the whole cluster's jobs, pods and per-node usage;
+//! by `Arc`):
+//! - the whole cluster's jobs, pods and per-node usage (the state a
+//!   [`crate::framework::StateCache`] keeps from round to round, patched with what changed);
 //! - admission (`enqueue`): one cluster-wide budget (overcommit, queue capability), so it is
 //!   decided once for every gang and no budget is spent twice;
 //! - per queue: whole-cluster usage, pending requests and `proportion`'s shares, so shares
