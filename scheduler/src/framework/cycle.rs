@@ -153,11 +153,13 @@ fn trace_decision(session: &Session, job: JobId, status: &PodGroupStatus) {
 
 fn close(session: &mut Session) {
     let now = session.state.now_ms;
+    session.closed_reasons = vec![None; session.state.jobs.len()];
     for job in 0..session.state.jobs.len() {
         if session.state.jobs[job].shadow || !session.in_scope(job) {
             continue;
         }
-        let changed = job_status(session, job);
+        let (changed, reason) = job_status(session, job);
+        session.closed_reasons[job] = Some(reason);
         let j = &session.state.jobs[job];
         let status = changed.as_ref().unwrap_or(&j.pod_group.status);
         if tracing::enabled!(tracing::Level::DEBUG) {
@@ -211,6 +213,15 @@ fn close(session: &mut Session) {
     }
 }
 
+/// [`pending_reason`] of a closed session: the one its status was given, when `close`
+/// judged the job (the state no longer changes after it).
+pub fn pending_reason_after_close(session: &Session, job: JobId) -> Option<String> {
+    match session.closed_reasons.get(job) {
+        Some(Some(reason)) => reason.clone(),
+        _ => pending_reason(session, job),
+    }
+}
+
 /// Why the job is not (fully) scheduled, in words with numbers; `None` when nothing is
 /// pending.
 pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
@@ -249,8 +260,8 @@ pub fn pending_reason(session: &Session, job: JobId) -> Option<String> {
 /// succeeded); Unknown when pods run but the gang cannot be completed; otherwise Inqueue if
 /// admitted, else Pending. `None` when that is the status the PodGroup has: most gangs'
 /// statuses do not change in a cycle, and copying each one's conditions to find that out
-/// was a measurable part of a sustained run's cycle.
-fn job_status(session: &Session, job: JobId) -> Option<PodGroupStatus> {
+/// was a measurable part of a sustained run's cycle. Also returns the job's pending reason.
+fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<String>) {
     let state = &session.state;
     let j = &state.jobs[job];
     let old = &j.pod_group.status;
@@ -267,6 +278,7 @@ fn job_status(session: &Session, job: JobId) -> Option<PodGroupStatus> {
     }
     let ready = session.plugins.job_ready(state, job);
     let reason = pending_reason(session, job);
+    let kept_reason = reason.clone();
     let timed_out = j.timed_out(state.now_ms);
     let stopped = timed_out && j.timeout.action == TimeoutAction::Stop;
     let pipelined = !ready && j.pipelined_count > 0 && session.plugins.job_pipelined(state, job);
@@ -347,7 +359,7 @@ fn job_status(session: &Session, job: JobId) -> Option<PodGroupStatus> {
                 old.inqueue_since_ms,
             )
     {
-        return None;
+        return (None, kept_reason);
     }
     let mut conditions = old.conditions.clone();
     if let Some((kind, reason, message)) = condition {
@@ -360,14 +372,15 @@ fn job_status(session: &Session, job: JobId) -> Option<PodGroupStatus> {
             transition_time_ms: state.now_ms,
         });
     }
-    Some(PodGroupStatus {
+    let status = PodGroupStatus {
         phase,
         running,
         succeeded,
         failed,
         conditions,
         inqueue_since_ms,
-    })
+    };
+    (Some(status), kept_reason)
 }
 
 #[cfg(test)]
@@ -494,5 +507,55 @@ mod tests {
         }
         let (second, _) = spans_of_one_cycle(&snapshot);
         assert_eq!(gangs(&second), ["default/too-big"], "{second:?}");
+    }
+}
+
+#[cfg(test)]
+mod closed_reason_tests {
+    use super::*;
+    use crate::framework::SchedulerConf;
+    use crate::framework::testing::Cluster;
+    use crate::model::resources::{CPU, GPU};
+
+    /// The simulator's pending list reads the reasons `close` wrote instead of working
+    /// them out again: they must be the same, for judged jobs and for shadow ones.
+    #[test]
+    fn the_reason_kept_by_close_is_the_reason_worked_out_again() {
+        let mut cluster = Cluster::new()
+            .node("n1", &[(CPU, 8_000), (GPU, 4)])
+            .group("fits", "default", 2)
+            .group("too-big", "default", 3)
+            .group("nowhere", "missing-queue", 1)
+            .pod("nowhere-0", Some("nowhere"), &[(GPU, 1)])
+            .pod("lone", None, &[(GPU, 16)]);
+        for i in 0..2 {
+            cluster = cluster.pod(&format!("fits-{i}"), Some("fits"), &[(GPU, 1)]);
+        }
+        for i in 0..3 {
+            cluster = cluster.pod(&format!("too-big-{i}"), Some("too-big"), &[(GPU, 2)]);
+        }
+        let (_, session) = crate::framework::run_cycle(
+            &cluster.build(),
+            &SchedulerConf::volcano_default(),
+            "phalanx",
+        );
+        let mut with_reason = 0;
+        for job in 0..session.state.jobs.len() {
+            let again = pending_reason(&session, job);
+            with_reason += usize::from(again.is_some());
+            assert_eq!(
+                pending_reason_after_close(&session, job),
+                again,
+                "job {job}"
+            );
+        }
+        assert!(
+            with_reason >= 2,
+            "the scenario must leave gangs pending with reasons"
+        );
+        assert!(
+            session.state.jobs.iter().any(|j| j.shadow),
+            "a shadow job is asked too"
+        );
     }
 }

@@ -419,6 +419,11 @@ pub struct Session {
     pub admission_decided: bool,
     /// Other shards' running gangs were lent for `reclaim` ([`Self::lend_other_shards_holders`]).
     pub(crate) lent_holders: bool,
+    /// Per job, the pending reason `close` wrote into its status (`Some(None)`: none);
+    /// `None` for a job `close` did not judge (a shadow job, another shard's), and empty
+    /// before it ran. Read back by [`crate::framework::cycle::pending_reason_after_close`]
+    /// instead of being worked out twice.
+    pub(crate) closed_reasons: Vec<Option<Option<String>>>,
     /// How long the cycle's actions and plugins took (for the metrics).
     pub timings: crate::observe::CycleTimings,
 }
@@ -470,6 +475,7 @@ impl Session {
             view: None,
             admission_decided: false,
             lent_holders: false,
+            closed_reasons: Vec::new(),
             timings: Default::default(),
         };
         session.plan.events = events;

@@ -228,10 +228,7 @@ impl Base {
     fn patch_groups(&mut self, snapshot: &ClusterSnapshot, diff: &Diff) -> Result<(), Rebuild> {
         let new = &snapshot.pod_groups;
         let state = &mut self.built.state;
-        let mut group_job = vec![0; new.len()];
-        for &(old, now) in &diff.kept {
-            group_job[now] = self.built.group_job[old];
-        }
+        let mut group_job = realign(std::mem::take(&mut self.built.group_job), diff);
         for &(old, now) in &diff.changed {
             let (was, group) = (&self.groups[old], &new[now]);
             if was.queue != group.queue
@@ -240,10 +237,9 @@ impl Base {
             {
                 return Err("a PodGroup's queue, priority class or creation changed");
             }
-            let job = self.built.group_job[old];
+            let job = group_job[now];
             state.jobs[job].pod_group = Arc::clone(group);
             state.jobs[job].phase = group.status.phase;
-            group_job[now] = job;
         }
         let mut added = diff.added.clone();
         added.sort_by(|&a, &b| creation_order(&new[a], &new[b]));
@@ -268,13 +264,10 @@ impl Base {
         diff: &Diff,
     ) -> Result<(u64, u64), Rebuild> {
         let new = &snapshot.pods;
-        let mut pod_task = vec![None; new.len()];
-        for &(old, now) in &diff.kept {
-            pod_task[now] = self.built.pod_task[old];
-        }
+        let mut pod_task = realign(std::mem::take(&mut self.built.pod_task), diff);
         for &(old, now) in &diff.changed {
             let was = Arc::clone(&self.pods[old]);
-            pod_task[now] = self.replace_pod(self.built.pod_task[old], &was, &new[now])?;
+            pod_task[now] = self.replace_pod(pod_task[now], &was, &new[now])?;
         }
         let mut added = diff.added.clone();
         added.sort_by(|&a, &b| creation_order_of_pods(&new[a], &new[b]));
@@ -370,26 +363,50 @@ fn keep_objects<T>(kept: &mut Vec<Arc<T>>, new: &[Arc<T>], diff: &Diff) {
     }
 }
 
-/// Where the objects of two snapshots went, matched by key; both in key order.
+/// Where the objects of two snapshots went, matched by key; both in key order. Every old
+/// object is in the new snapshot, in the same order: unchanged (not listed), or changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Diff {
-    /// (old index, new index) of objects the new snapshot shares unchanged.
-    kept: Vec<(usize, usize)>,
     /// (old index, new index) of objects with the same key but a new value.
     changed: Vec<(usize, usize)>,
-    /// New indices of objects the old snapshot lacks.
+    /// New indices of objects the old snapshot lacks, ascending.
     added: Vec<usize>,
+    /// Objects in the new snapshot.
+    new_len: usize,
+}
+
+/// Per-object values of the old snapshot moved to the new one's positions (an added
+/// object gets the default until it is given its own). Without additions the positions
+/// are the same and the vector is kept as it is.
+fn realign<T: Copy + Default>(old: Vec<T>, diff: &Diff) -> Vec<T> {
+    if diff.added.is_empty() {
+        return old;
+    }
+    let mut added = diff.added.iter().peekable();
+    let mut old = old.into_iter();
+    (0..diff.new_len)
+        .map(|j| {
+            if added.next_if(|&&a| a == j).is_some() {
+                T::default()
+            } else {
+                old.next().expect("every old object is in the new snapshot")
+            }
+        })
+        .collect()
 }
 
 /// Matches `new` against `old`, both sorted by key (as a watch cache lists them). `None`
 /// when an object of `old` is missing from `new` (deleted), or when the order is not the
 /// same: the caller then builds everything again, so a misordered input costs time only.
 fn diff_by_key<T>(old: &[Arc<T>], new: &[Arc<T>], key: impl Fn(&T) -> &ObjectKey) -> Option<Diff> {
-    let mut diff = Diff::default();
+    let mut diff = Diff {
+        new_len: new.len(),
+        ..Diff::default()
+    };
     let mut i = 0;
     for (j, item) in new.iter().enumerate() {
         match old.get(i) {
-            Some(was) if Arc::ptr_eq(was, item) => diff.kept.push((i, j)),
+            Some(was) if Arc::ptr_eq(was, item) => {}
             Some(was) if key(was) == key(item) => diff.changed.push((i, j)),
             Some(was) if key(was) < key(item) => return None,
             _ => {
@@ -730,7 +747,7 @@ mod tests {
         new.push(Arc::clone(&old[2]));
         new.push(Arc::new(ObjectKey::new("ns", "f")));
         let diff = diff_by_key(&old, &new, key).expect("nothing deleted");
-        assert_eq!(diff.kept, [(0, 0), (2, 3)]);
+        assert_eq!(realign(vec![10, 11, 12], &diff), [10, 0, 11, 12, 0]);
         assert_eq!(diff.changed, [(1, 2)]);
         assert_eq!(diff.added, [1, 4]);
         let deleted = vec![Arc::clone(&old[0]), Arc::clone(&old[2])];

@@ -280,6 +280,7 @@ impl RoundView {
             view: Some(Arc::clone(self)),
             admission_decided: true,
             lent_holders: false,
+            closed_reasons: Vec::new(),
             timings: Default::default(),
         };
         session.plugins.on_session_open(&session.state);
@@ -318,6 +319,7 @@ impl RoundView {
             view: None,
             admission_decided: true,
             lent_holders: false,
+            closed_reasons: Vec::new(),
             timings: Default::default(),
         };
         session.plugins.on_session_open(&session.state);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
-use crate::framework::cycle::pending_reason;
+use crate::framework::cycle::pending_reason_after_close;
 use crate::framework::{CyclePlan, GangPlacement, SchedulerConf, StateCache, run_cycle_on_state};
 use crate::invariants::{self, Violation};
 use crate::ledger::{
@@ -492,7 +492,7 @@ pub(crate) fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey,
         .filter_map(|(j, job)| {
             let pending = session.state.pending_tasks(j).count();
             (pending > 0).then(|| {
-                let why = pending_reason(session, j).unwrap_or_else(|| {
+                let why = pending_reason_after_close(session, j).unwrap_or_else(|| {
                     "not reached this cycle (queue turns ended first)".to_string()
                 });
                 (job.key().clone(), why)
