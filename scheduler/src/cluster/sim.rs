@@ -36,9 +36,9 @@ pub struct SimCluster {
     /// the last settle, or waiting for their gang to complete): what
     /// [`Self::start_complete_gangs`] looks at instead of every pod.
     maybe_waiting: BTreeSet<ObjectKey>,
-    /// Per PodGroup, the pods that named it when they were added (checked again when read:
-    /// a pod may have been deleted or replaced since).
-    members: HashMap<ObjectKey, BTreeSet<ObjectKey>>,
+    /// Per PodGroup, the names of the pods (in its namespace) that named it when they were
+    /// added, checked again when read: a pod may have been deleted or replaced since.
+    members: HashMap<ObjectKey, BTreeSet<String>>,
     /// Pods bound during this run (not those that were already running at the start).
     bound_here: BTreeSet<ObjectKey>,
     evicted: BTreeSet<ObjectKey>,
@@ -93,7 +93,7 @@ impl SimCluster {
             self.members
                 .entry(ObjectKey::new(&key.namespace, group))
                 .or_default()
-                .insert(key.clone());
+                .insert(key.name.clone());
         }
         if pod.phase == PodPhase::Running {
             self.maybe_waiting.insert(key.clone());
@@ -311,7 +311,7 @@ impl SimCluster {
         };
         members
             .iter()
-            .filter_map(|key| self.pods.get(key))
+            .filter_map(|name| self.pods.get(&ObjectKey::new(&group.namespace, name)))
             .filter(|p| {
                 p.group.as_deref() == Some(group.name.as_str())
                     && matches!(p.phase, PodPhase::Running | PodPhase::Succeeded)
