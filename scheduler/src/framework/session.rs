@@ -859,15 +859,18 @@ impl SessionState {
             }
         }
         let amount = |r: &mut Resources| if add { r.add(req) } else { r.sub(req) };
+        let hold = |info: &mut NodeInfo| {
+            if add {
+                info.take(req)
+            } else {
+                info.give_back(req)
+            }
+        };
         if status == TaskStatus::Releasing {
             // Held on the node, released in the future; not its job's or queue's any more.
             if let Some(n) = node {
                 let info = &mut self.nodes[n];
-                if add {
-                    info.take(req)
-                } else {
-                    info.give_back(req)
-                }
+                hold(info);
                 amount(&mut info.releasing);
                 info.releasing_pods += if add { 1 } else { -1 };
                 amount(&mut self.total_used);
@@ -876,12 +879,7 @@ impl SessionState {
             // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
             // nothing that this cycle could place on; its job and queue still count it.
             if let Some(n) = node {
-                let info = &mut self.nodes[n];
-                if add {
-                    info.take(req)
-                } else {
-                    info.give_back(req)
-                }
+                hold(&mut self.nodes[n]);
                 amount(&mut self.total_used);
             }
             if let Some(j) = job {
