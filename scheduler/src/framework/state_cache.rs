@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::cluster::ClusterSnapshot;
 use crate::framework::session::{
-    Account, BuiltState, JobOfPod, SessionState, TaskId, TaskStatus, creation_order,
+    Account, BuiltState, JobIndex, JobOfPod, SessionState, TaskId, TaskStatus, creation_order,
     creation_order_of_pods, is_task,
 };
 use crate::model::{Node, ObjectKey, Pod, PodGroup, PriorityClass, Queue};
@@ -64,6 +64,9 @@ struct Base {
     /// A job was made for pods (a shadow or missing PodGroup): jobs are then no longer
     /// the PodGroups alone in creation order, and a new PodGroup builds again.
     made_jobs: bool,
+    /// PodGroups that pods name but that do not exist (pods in no job): such a PodGroup
+    /// created later takes those pods into its job, so it builds again.
+    named_missing: crate::FastSet<ObjectKey>,
 }
 
 /// Why a patch gave up: the state is built again.
@@ -165,7 +168,12 @@ impl Base {
             .jobs
             .iter()
             .any(|j| j.shadow || j.missing_group.is_some());
+        let mut named_missing = crate::FastSet::default();
+        for pod in &snapshot.pods {
+            note_missing_group(&mut named_missing, &built.job_index, pod);
+        }
         Self {
+            named_missing,
             scheduler_name: scheduler_name.to_string(),
             built,
             nodes: snapshot.nodes.clone(),
@@ -249,6 +257,12 @@ impl Base {
                 return Err("a new PodGroup sorts before known jobs");
             }
         }
+        if added
+            .iter()
+            .any(|&g| self.named_missing.contains(&new[g].key))
+        {
+            return Err("a new PodGroup is named by pods that had none");
+        }
         for g in added {
             let job = state.add_job(Arc::clone(&new[g]), false);
             self.built.job_index.insert(new[g].key.clone(), job);
@@ -302,6 +316,7 @@ impl Base {
         else {
             return Err("a changed pod needs a job made for it");
         };
+        note_missing_group(&mut self.named_missing, &self.built.job_index, pod);
         state.account_task(task, Account::Remove);
         let info = state.task_info(pod, managed, status, job);
         let (before, after) = (state.tasks[task].job, info.job);
@@ -339,6 +354,7 @@ impl Base {
         else {
             return Err("a new pod needs a job made for it");
         };
+        note_missing_group(&mut self.named_missing, &self.built.job_index, pod);
         let task = state.tasks.len();
         let info = state.task_info(pod, managed, status, job);
         state.tasks.push(info);
@@ -347,6 +363,15 @@ impl Base {
         }
         state.account_task(task, Account::Add);
         Ok(Some(task))
+    }
+}
+
+/// Remembers the PodGroup `pod` names when it has no job (it does not exist).
+fn note_missing_group(missing: &mut crate::FastSet<ObjectKey>, jobs: &JobIndex, pod: &Pod) {
+    if let Some(group) = &pod.group
+        && jobs.get(&pod.key.namespace, group).is_none()
+    {
+        missing.insert(ObjectKey::new(&pod.key.namespace, group));
     }
 }
 
@@ -654,6 +679,36 @@ mod tests {
         assert!(cache.check(&sim.snapshot()).is_empty());
         assert!(round(&mut sim, &mut cache).is_empty());
         assert_eq!(cache.stats().builds, 4);
+    }
+
+    /// A pod that names a PodGroup that does not exist yet (here one another scheduler
+    /// bound) is in no job; once the PodGroup is created, the built state puts it in the
+    /// new job, so the patch must not append the job without it.
+    #[test]
+    fn a_new_pod_group_that_pods_already_named_builds_the_state_again() {
+        let mut sim = workload(12, 30).into_sim();
+        let mut cache = StateCache::new(DEFAULT_SCHEDULER_NAME);
+        assert!(round(&mut sim, &mut cache).is_empty());
+        let node = sim.nodes().next().expect("nodes").name.clone();
+        let mut early = Pod::new(
+            ObjectKey::new("default", "zz-early-0"),
+            crate::model::Resources::new(),
+        );
+        early.group = Some("zz-early".into());
+        early.scheduler_name = "another-scheduler".into();
+        early.node_name = Some(node);
+        early.phase = crate::model::PodPhase::Running;
+        early.creation_index = 5_000_000;
+        sim.add(vec![early], Vec::new());
+        let (_, why) = cache.state(&sim.snapshot());
+        assert_eq!(why, None, "a pod in no job is appended");
+        assert!(cache.check(&sim.snapshot()).is_empty());
+        let mut group = PodGroup::new(ObjectKey::new("default", "zz-early"), 1);
+        group.creation_index = 6_000_000;
+        sim.add(Vec::new(), vec![group]);
+        let (_, why) = cache.state(&sim.snapshot());
+        assert_eq!(why, Some("a new PodGroup is named by pods that had none"));
+        assert!(cache.check(&sim.snapshot()).is_empty());
     }
 
     #[test]
