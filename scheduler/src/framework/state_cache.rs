@@ -12,7 +12,8 @@
 //! finished or marked for deletion, PodGroup statuses written, new pods and PodGroups
 //! created (after the ones already known), nodes' statuses updated. Anything else (a
 //! queue or PriorityClass changed, an object deleted or a node added, a pod moved to
-//! another gang, a pod or group that would sort before known ones) builds the state again
+//! another gang, a new PodGroup that pods named before it existed, a pod or group that
+//! would sort before known ones) builds the state again
 //! from the snapshot, as before: the patch never has to be right about a rare case, only
 //! about the common ones.
 //!
