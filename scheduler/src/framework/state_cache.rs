@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use crate::cluster::ClusterSnapshot;
 use crate::framework::session::{
-    Account, BuiltState, JobIndex, JobOfPod, SessionState, TaskId, TaskStatus, creation_order,
-    creation_order_of_pods, is_task,
+    Account, BuiltState, JobId, JobIndex, JobInfo, JobOfPod, NodeInfo, QueueInfo, SessionState,
+    TaskId, TaskInfo, TaskStatus, creation_order, creation_order_of_pods, is_task,
 };
 use crate::model::{Node, ObjectKey, Pod, PodGroup, PriorityClass, Queue};
 
@@ -446,113 +446,132 @@ fn diff_by_key<T>(old: &[Arc<T>], new: &[Arc<T>], key: impl Fn(&T) -> &ObjectKey
 }
 
 /// The differences between two states of the same snapshot (one patched, one built), in
-/// everything a cycle reads: empty when they are equal.
+/// everything a cycle reads: empty when they are equal. Fields are compared as values and
+/// only a difference is written out (at most 20), so checking 100,000 equal tasks formats
+/// and copies nothing.
 pub fn diff_states(patched: &SessionState, built: &SessionState) -> Vec<String> {
     let mut out = Vec::new();
-    let mut same = |what: String, a: String, b: String| {
-        if a != b && out.len() < 20 {
-            out.push(format!("{what}: patched {a}, built {b}"));
-        }
-    };
-    same(
-        "now".into(),
-        patched.now_ms.to_string(),
-        built.now_ms.to_string(),
+    compare!(out, "now", [&patched.now_ms], [&built.now_ms], |x: &u64| *x);
+    compare!(out, "task", &patched.tasks, &built.tasks, task_fields);
+    compare!(out, "job", &patched.jobs, &built.jobs, job_fields);
+    compare!(out, "queue", &patched.queues, &built.queues, queue_fields);
+    compare!(
+        out,
+        "node",
+        patched.nodes.iter(),
+        built.nodes.iter(),
+        node_fields
     );
-    same(
-        "tasks".into(),
-        patched.tasks.len().to_string(),
-        built.tasks.len().to_string(),
+    compare!(
+        out,
+        "totals (allocatable, used, over-committed)",
+        [patched],
+        [built],
+        totals
     );
-    for (t, (a, b)) in patched.tasks.iter().zip(&built.tasks).enumerate() {
-        let of = |x: &crate::framework::session::TaskInfo| {
-            format!(
-                "{} job={:?} managed={} {:?} node={:?} prio={} role={} key={} preemptable={} may_preempt={}",
-                x.pod.key,
-                x.job,
-                x.managed,
-                x.status,
-                x.node,
-                x.priority,
-                x.role(),
-                x.placement_key,
-                x.preemptable,
-                x.may_preempt
-            )
-        };
-        same(format!("task {t}"), of(a), of(b));
-    }
-    same(
-        "jobs".into(),
-        patched.jobs.len().to_string(),
-        built.jobs.len().to_string(),
-    );
-    for (j, (a, b)) in patched.jobs.iter().zip(&built.jobs).enumerate() {
-        let of = |x: &crate::framework::session::JobInfo| {
-            format!(
-                "{} shadow={} queue={:?} prio={} tasks={:?} {:?} allocated={:?} ready={} valid={} best_effort={} missing={:?} status={:?}",
-                x.key(),
-                x.shadow,
-                x.queue,
-                x.priority,
-                x.tasks,
-                x.phase,
-                x.allocated,
-                x.ready_count,
-                x.valid_count,
-                x.pending_best_effort,
-                x.missing_group,
-                x.pod_group.status
-            )
-        };
-        same(format!("job {j}"), of(a), of(b));
-    }
-    for (q, (a, b)) in patched.queues.iter().zip(&built.queues).enumerate() {
-        let of = |x: &crate::framework::session::QueueInfo| {
-            format!(
-                "{} jobs={:?} allocated={:?}",
-                x.queue.name, x.jobs, x.allocated
-            )
-        };
-        same(format!("queue {q}"), of(a), of(b));
-    }
-    same(
-        "nodes".into(),
-        patched.nodes.len().to_string(),
-        built.nodes.len().to_string(),
-    );
-    for (n, (a, b)) in patched.nodes.iter().zip(built.nodes.iter()).enumerate() {
-        let of = |x: &crate::framework::session::NodeInfo| {
-            format!(
-                "{} used={:?} idle={:?} pods={} releasing={:?}/{} pipelined={:?}/{}",
-                x.name(),
-                x.used,
-                x.idle,
-                x.pod_count,
-                x.releasing,
-                x.releasing_pods,
-                x.pipelined,
-                x.pipelined_pods
-            )
-        };
-        same(format!("node {n}"), of(a), of(b));
-    }
-    for (what, a, b) in [
-        (
-            "total allocatable",
-            &patched.total_allocatable,
-            &built.total_allocatable,
-        ),
-        ("total used", &patched.total_used, &built.total_used),
-        (
-            "over-committed",
-            &patched.over_committed,
-            &built.over_committed,
-        ),
-    ] {
-        same(what.into(), format!("{a:?}"), format!("{b:?}"));
-    }
     out
+}
+
+/// Compares two lists item by item through a function of each item's fields, and their
+/// lengths; writes out the items that differ while fewer than 20 are listed. A macro, so
+/// that the fields may borrow from the item.
+macro_rules! compare {
+    ($out:ident, $what:expr, $patched:expr, $built:expr, $fields:expr) => {{
+        let fields = $fields;
+        let (mut a, mut b) = ($patched.into_iter(), $built.into_iter());
+        for i in 0.. {
+            let (x, y) = match (a.next(), b.next()) {
+                (None, None) => break,
+                (x, y) => (x.map(|x| fields(x)), y.map(|y| fields(y))),
+            };
+            if x != y && $out.len() < 20 {
+                $out.push(format!("{} {i}: patched {x:?}, built {y:?}", $what));
+            }
+        }
+    }};
+}
+use compare;
+
+type TaskFields<'a> = (
+    &'a ObjectKey,
+    Option<usize>,
+    bool,
+    TaskStatus,
+    Option<usize>,
+    i32,
+    &'a str,
+    u64,
+    (bool, bool),
+);
+
+fn task_fields(x: &TaskInfo) -> TaskFields<'_> {
+    (
+        &x.pod.key,
+        x.job,
+        x.managed,
+        x.status,
+        x.node,
+        x.priority,
+        x.role(),
+        x.placement_key,
+        (x.preemptable, x.may_preempt),
+    )
+}
+
+type JobFields<'a> = (
+    &'a ObjectKey,
+    bool,
+    Option<usize>,
+    i32,
+    &'a [TaskId],
+    crate::model::PodGroupPhase,
+    &'a crate::model::Resources,
+    (u32, u32, u32),
+    &'a Option<String>,
+    &'a crate::model::PodGroupStatus,
+);
+
+fn job_fields(x: &JobInfo) -> JobFields<'_> {
+    (
+        x.key(),
+        x.shadow,
+        x.queue,
+        x.priority,
+        &x.tasks,
+        x.phase,
+        &x.allocated,
+        (x.ready_count, x.valid_count, x.pending_best_effort),
+        &x.missing_group,
+        &x.pod_group.status,
+    )
+}
+
+fn queue_fields(x: &QueueInfo) -> (&str, &[JobId], &crate::model::Resources) {
+    (&x.queue.name, &x.jobs, &x.allocated)
+}
+
+fn totals(s: &SessionState) -> [&crate::model::Resources; 3] {
+    [&s.total_allocatable, &s.total_used, &s.over_committed]
+}
+
+type NodeFields<'a> = (
+    &'a str,
+    &'a crate::model::Resources,
+    &'a crate::model::Resources,
+    i64,
+    (&'a crate::model::Resources, i64),
+    (&'a crate::model::Resources, i64),
+);
+
+fn node_fields(x: &NodeInfo) -> NodeFields<'_> {
+    (
+        x.name(),
+        &x.used,
+        &x.idle,
+        x.pod_count,
+        (&x.releasing, x.releasing_pods),
+        (&x.pipelined, x.pipelined_pods),
+    )
 }
 
 #[cfg(test)]
