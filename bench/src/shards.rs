@@ -187,6 +187,13 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         );
     }
     tell_pending(&outcome.pending);
+    tell_not_committed(
+        &outcome
+            .shards
+            .as_ref()
+            .map(|r| r.txn_log.clone())
+            .unwrap_or_default(),
+    );
     let report = outcome.shards.clone().unwrap_or_default();
     let binds = outcome.total_binds();
     let mut lat = report.txn_decision_ms.clone();
@@ -241,6 +248,32 @@ fn tell_pending(pending: &[(ObjectKey, String)]) {
     reasons.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
     for (why, (count, gang)) in reasons.iter().take(5) {
         eprintln!("pending at the end: {count} gang(s), e.g. {gang}: {why}");
+    }
+}
+
+/// Why cross-shard transactions were not committed: the commonest reasons first (numbers
+/// taken out, so that "shard 3" and "shard 7" count as one reason), each with an example,
+/// on stderr.
+fn tell_not_committed(txn_log: &[String]) {
+    let mut by_reason: BTreeMap<String, (usize, &str)> = BTreeMap::new();
+    for line in txn_log {
+        // "<txn>: <outcome>: <reason>"; the id has no ": ".
+        let mut fields = line.splitn(3, ": ");
+        let (_, outcome, why) = (fields.next(), fields.next(), fields.next().unwrap_or(""));
+        if outcome == Some("Committed") {
+            continue;
+        }
+        let shape: String = format!("{}: {why}", outcome.unwrap_or(""))
+            .split(|c: char| c.is_ascii_digit())
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join("#");
+        by_reason.entry(shape).or_insert((0, line)).0 += 1;
+    }
+    let mut reasons: Vec<_> = by_reason.into_iter().collect();
+    reasons.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
+    for (_, (count, example)) in reasons.iter().take(5) {
+        eprintln!("not committed: {count} transaction(s) like {example}");
     }
 }
 

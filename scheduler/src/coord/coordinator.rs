@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use phalanx_statestore::ledger::command::MAX_TXN_PARTICIPANTS;
-use phalanx_statestore::ledger::{Epoch, ShardId, TxnDecision, TxnId};
+use phalanx_statestore::ledger::{Epoch, ReplicaId, ShardId, TxnDecision, TxnId};
 use phalanx_statestore::{LedgerCommand, PodPlacement, Refusal};
 use thiserror::Error;
 
@@ -30,9 +30,12 @@ use super::messages::{
 /// In which order participants are asked to prepare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrepareOrder {
-    /// One at a time, lowest shard first. Reservations never wait, so with a global order
-    /// no two gangs can each hold what the other needs: among competing gangs one gets
-    /// through. Latency: the sum of the participants' prepares.
+    /// Lowest shard first, the next participants asked once the last are prepared.
+    /// Reservations never wait, so with a global order no two gangs can each hold what the
+    /// other needs: among competing gangs one gets through. A run of consecutive
+    /// participants with one owner ([`StartTxn::owners`]) is asked at once, since that
+    /// owner reserves them in shard order in one proposal; a shard whose owner is not
+    /// known is asked alone. Latency: a prepare per owner run, one after the other.
     Ascending,
     /// All at once: latency of the slowest participant, but two gangs competing for the
     /// same capacity can both be refused.
@@ -110,6 +113,8 @@ struct Active {
     gang: String,
     /// Each participant's pods with the plan's nodes (the hints of its prepare).
     parts: BTreeMap<ShardId, Vec<PodPlacement>>,
+    /// Each participant's owner when the transaction started, where known.
+    owners: BTreeMap<ShardId, ReplicaId>,
     /// Each prepared participant's placements as it reserved them (what a commit binds).
     reserved: BTreeMap<ShardId, Vec<PodPlacement>>,
     deadline_ms: u64,
@@ -257,6 +262,7 @@ impl Coordinator {
             Active {
                 gang: s.gang,
                 parts,
+                owners: s.owners,
                 reserved: BTreeMap::new(),
                 deadline_ms: s.deadline_ms,
                 phase: Phase::Beginning,
@@ -321,7 +327,8 @@ impl Coordinator {
         self.send_prepares(txn, out);
     }
 
-    /// Asks the next participants: all (parallel) or the lowest not yet asked (ascending).
+    /// Asks the next participants: all (parallel), or the lowest not yet asked with the
+    /// consecutive ones of the same owner (ascending).
     fn send_prepares(&mut self, txn: &TxnId, out: &mut Vec<CoordCommand>) {
         let (shard, now) = (self.shard, self.now_ms);
         let order = self.config.prepare_order;
@@ -337,7 +344,7 @@ impl Coordinator {
         let to_ask = match order {
             PrepareOrder::Parallel => pending,
             PrepareOrder::Ascending if a.asked.len() == a.prepared.len() => {
-                pending.into_iter().take(1).collect()
+                one_owner_run(&pending, &a.owners)
             }
             PrepareOrder::Ascending => Vec::new(),
         };
@@ -598,6 +605,7 @@ impl Coordinator {
                     Active {
                         gang: t.gang.unwrap_or_default(),
                         parts,
+                        owners: BTreeMap::new(),
                         reserved: BTreeMap::new(),
                         deadline_ms: t.deadline_ms,
                         phase: Phase::Beginning,
@@ -613,6 +621,21 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// The first of `pending` (ascending) and those right after it with the same known owner.
+fn one_owner_run(pending: &[ShardId], owners: &BTreeMap<ShardId, ReplicaId>) -> Vec<ShardId> {
+    let Some(first) = pending.first() else {
+        return Vec::new();
+    };
+    let Some(owner) = owners.get(first) else {
+        return vec![*first];
+    };
+    pending
+        .iter()
+        .take_while(|s| owners.get(s) == Some(owner))
+        .copied()
+        .collect()
 }
 
 fn prepare_command(txn: &TxnId, coordinator: ShardId, a: &Active, shard: ShardId) -> CoordCommand {

@@ -1,7 +1,9 @@
 //! The coordinator's and the participant's events and commands (closed sets), and the
 //! mapping from the ledger's responses to events.
 
-use phalanx_statestore::ledger::{ShardId, TxnDecision, TxnId};
+use std::collections::BTreeMap;
+
+use phalanx_statestore::ledger::{ReplicaId, ShardId, TxnDecision, TxnId};
 use phalanx_statestore::{GangDecision, LedgerCommand, LedgerResponse, PodPlacement, Refusal};
 
 /// A request to place a gang across shards.
@@ -13,6 +15,12 @@ pub struct StartTxn {
     pub gang: String,
     /// Each participant shard and the placements proposed for its pool.
     pub parts: Vec<(ShardId, Vec<PodPlacement>)>,
+    /// Who owned each participant shard when the transaction started (a shard absent:
+    /// not known). Asking in ascending order, the coordinator asks a run of consecutive
+    /// participants with one owner at once: that owner reserves them in one proposal, in
+    /// shard order, so the global order that lets one of two competing gangs through is
+    /// kept, and a gang needs a wave per owner rather than per shard.
+    pub owners: BTreeMap<ShardId, ReplicaId>,
     /// The coordinator's clock when the request arrives.
     pub now_ms: u64,
     /// Undecided after this, the transaction is aborted.

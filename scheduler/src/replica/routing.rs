@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use phalanx_statestore::PodPlacement;
-use phalanx_statestore::ledger::{Epoch, ShardId};
+use phalanx_statestore::ledger::{Epoch, ReplicaId, ShardId};
+use phalanx_statestore::{LedgerState, PodPlacement};
 
 use crate::coord::{StartTxn, txn_id};
 use crate::framework::GangPlacement;
@@ -14,32 +14,78 @@ use crate::ledger::resource_vec;
 use crate::ledger::sharded::Fence;
 use crate::model::ObjectKey;
 
+/// Where a coordinator looks up the shards of a transaction: each node's pool, and each
+/// pool's owner (which prepares go together, [`StartTxn::owners`]).
+pub trait TxnRoutes {
+    /// The pool (shard) of a node, if known.
+    fn pool_of(&self, node: &str) -> Option<ShardId>;
+    /// The replica owning a shard now, if known.
+    fn owner_of(&self, shard: ShardId) -> Option<ReplicaId>;
+}
+
+/// Routes given as two lookups: a node's pool, then a pool's owner.
+pub struct RoutesBy<P, O>(pub P, pub O);
+
+impl<P, O> std::fmt::Debug for RoutesBy<P, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RoutesBy(..)")
+    }
+}
+
+impl<P, O> TxnRoutes for RoutesBy<P, O>
+where
+    P: Fn(&str) -> Option<ShardId>,
+    O: Fn(ShardId) -> Option<ReplicaId>,
+{
+    fn pool_of(&self, node: &str) -> Option<ShardId> {
+        (self.0)(node)
+    }
+    fn owner_of(&self, shard: ShardId) -> Option<ReplicaId> {
+        (self.1)(shard)
+    }
+}
+
+/// The ledger knows both: each node's pool and each shard's owner.
+impl TxnRoutes for LedgerState {
+    fn pool_of(&self, node: &str) -> Option<ShardId> {
+        self.nodes.get(node).map(|n| n.shard)
+    }
+    fn owner_of(&self, shard: ShardId) -> Option<ReplicaId> {
+        self.shards.get(&shard).map(|a| a.owner)
+    }
+}
+
 /// The transaction a coordinator of `home` (owned at `epoch`) starts for `gang`: one part
 /// per pool of the planned nodes (the participants pick the final nodes), its id minted
 /// from the coordinator's `seq`, undecided after `timeout_ms`. `Err` names the first
-/// planned node whose pool `pool_of` does not know.
+/// planned node whose pool `routes` does not know.
 pub fn start_txn(
     (home, epoch): (ShardId, Epoch),
     seq: u64,
     gang: &GangPlacement,
-    pool_of: impl Fn(&str) -> Option<ShardId>,
+    routes: &impl TxnRoutes,
     now_ms: u64,
     timeout_ms: u64,
 ) -> Result<StartTxn, String> {
     let key = gang.gang.to_string();
     let mut parts: BTreeMap<ShardId, Vec<PodPlacement>> = BTreeMap::new();
     for p in &gang.placements {
-        let shard = pool_of(&p.node).ok_or_else(|| p.node.clone())?;
+        let shard = routes.pool_of(&p.node).ok_or_else(|| p.node.clone())?;
         parts.entry(shard).or_default().push(PodPlacement {
             pod: p.pod.to_string(),
             node: p.node.clone(),
             resources: resource_vec(&p.resources),
         });
     }
+    let owners = parts
+        .keys()
+        .filter_map(|s| Some((*s, routes.owner_of(*s)?)))
+        .collect();
     Ok(StartTxn {
         txn: txn_id(home, epoch, seq, &key),
         gang: key,
         parts: parts.into_iter().collect(),
+        owners,
         now_ms,
         deadline_ms: now_ms.saturating_add(timeout_ms),
     })

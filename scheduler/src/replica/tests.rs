@@ -10,7 +10,7 @@ use phalanx_statestore::ledger::{
 use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, ResourceVec};
 
 use super::pump::{PumpDriver, PumpStopped, Work, pump};
-use super::routing::{cycle_slice, marks_by_owner, start_txn};
+use super::routing::{RoutesBy, cycle_slice, marks_by_owner, start_txn};
 use crate::cluster::ClusterSnapshot;
 use crate::coord::service::CoordMessage;
 use crate::coord::{
@@ -129,8 +129,7 @@ impl World {
                 })
                 .collect(),
         };
-        let pool_of = |n: &str| self.ledger.nodes.get(n).map(|r| r.shard);
-        let start = start_txn((0, 1), seq, &gang, pool_of, 0, 10_000).expect("known nodes");
+        let start = start_txn((0, 1), seq, &gang, &self.ledger, 0, 10_000).expect("known nodes");
         VecDeque::from([Work::ToCoord {
             to: 1,
             shard: 0,
@@ -390,7 +389,7 @@ fn a_gang_on_a_node_of_no_known_pool_is_not_started_and_the_node_is_named() {
         }],
     };
     assert_eq!(
-        start_txn((0, 1), 1, &gang, |_| None, 0, 10).map(|s| s.txn),
+        start_txn((0, 1), 1, &gang, &RoutesBy(|_: &str| None, |_| None), 0, 10).map(|s| s.txn),
         Err("zz".to_string())
     );
 }

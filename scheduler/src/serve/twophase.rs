@@ -210,9 +210,7 @@ impl TwoPhase {
         }
         self.seq += 1;
         let now = now_ms();
-        let pool_of = |node: &str| state.nodes.get(node).map(|n| n.shard);
-        let Ok(start) = start_txn((home, epoch), self.seq, gang, pool_of, now, TXN_TIMEOUT_MS)
-        else {
+        let Ok(start) = start_txn((home, epoch), self.seq, gang, state, now, TXN_TIMEOUT_MS) else {
             return;
         };
         tracing::info!(gang = %key, txn = %start.txn, parts = ?start.parts.iter().map(|(s, _)| s).collect::<Vec<_>>(), "starting a cross-shard transaction");

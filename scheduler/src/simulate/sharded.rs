@@ -67,7 +67,7 @@ use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Ve
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
 use crate::replica::group_commit::{self, Deferred, Outbox};
 use crate::replica::pump::{self, HeldMessages, PumpDriver, Work};
-use crate::replica::routing::{marks_by_owner, start_txn};
+use crate::replica::routing::{RoutesBy, marks_by_owner, start_txn};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
 use crate::simulate::pool_pick::PoolView;
@@ -1735,9 +1735,12 @@ impl ShardRuntime {
                     continue;
                 };
                 self.seq += 1;
-                let pool_of = |n: &str| Some(self.node_shard.get(n).copied().unwrap_or(h));
+                let routes = RoutesBy(
+                    |n: &str| Some(self.node_shard.get(n).copied().unwrap_or(h)),
+                    |s| self.owners.get(&s).map(|(owner, _)| *owner),
+                );
                 let timeout = self.opts.txn_timeout_ms;
-                let Ok(start) = start_txn((h, epoch), self.seq, &gang, pool_of, now, timeout)
+                let Ok(start) = start_txn((h, epoch), self.seq, &gang, &routes, now, timeout)
                 else {
                     continue; // every node has a pool here
                 };

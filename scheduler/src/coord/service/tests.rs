@@ -349,6 +349,7 @@ fn replica_owning_shard_2_at_epoch_3() -> SharedCoordinators {
             (2, vec![pod("ns/p0", "n1", 1)]),
             (5, vec![pod("ns/p1", "n9", 1)]),
         ],
+        owners: BTreeMap::new(),
         now_ms: 0,
         deadline_ms: 5_000,
     }));

@@ -140,7 +140,7 @@ impl World {
 
     fn start(&mut self, coord: ShardId, seq: u64, gang: &str, parts: &[(ShardId, i64)]) {
         let epoch = self.coords[&coord].epoch();
-        let parts = parts
+        let parts: Vec<(ShardId, Vec<PodPlacement>)> = parts
             .iter()
             .map(|(s, gpus)| {
                 let pod = PodPlacement {
@@ -154,6 +154,9 @@ impl World {
         let event = CoordEvent::Start(StartTxn {
             txn: txn_id(coord, epoch, seq, gang),
             gang: gang.into(),
+            // Claimed owners pair the shards (0 and 1, 2 and 3), so that ascending prepares
+            // go in runs of two; the claim only groups prepares, never routes them.
+            owners: parts.iter().map(|(s, _)| (*s, u64::from(*s / 2))).collect(),
             parts,
             now_ms: self.now_ms,
             deadline_ms: self.now_ms + 3_000,

@@ -16,6 +16,17 @@ fn pod(name: &str, node: &str) -> PodPlacement {
 const TXN: &str = "0:1:1:ns/g";
 
 fn start(txn: &str, shards: &[u32], now_ms: u64, deadline_ms: u64) -> CoordEvent {
+    start_owned(txn, shards, &[], now_ms, deadline_ms)
+}
+
+/// A start whose shards `owners` names (shard, owner) have a known owner.
+fn start_owned(
+    txn: &str,
+    shards: &[u32],
+    owners: &[(u32, u64)],
+    now_ms: u64,
+    deadline_ms: u64,
+) -> CoordEvent {
     CoordEvent::Start(StartTxn {
         txn: txn.into(),
         gang: "ns/g".into(),
@@ -23,6 +34,7 @@ fn start(txn: &str, shards: &[u32], now_ms: u64, deadline_ms: u64) -> CoordEvent
             .iter()
             .map(|s| (*s, vec![pod(&format!("ns/p{s}"), &format!("n{s}"))]))
             .collect(),
+        owners: owners.iter().copied().collect(),
         now_ms,
         deadline_ms,
     })
@@ -139,6 +151,29 @@ fn begun_asks_only_the_lowest_shard_when_ascending_and_the_next_after_it_prepare
         vec![1]
     );
     assert_eq!(prepared_to(&c.step(reply(1, prepared(1)))), vec![2]);
+}
+
+#[test]
+fn ascending_asks_a_run_of_consecutive_shards_with_one_owner_at_once() {
+    let mut c = coord(PrepareOrder::Ascending);
+    // Shards 1 and 2 are replica 7's, 3 is replica 8's, 4 is 7's again, 5's owner unknown.
+    let owners = [(1, 7), (2, 7), (3, 8), (4, 7)];
+    c.step(start_owned(TXN, &[5, 4, 3, 2, 1], &owners, 0, 1000));
+    let first = c.step(ledger(TXN, LedgerResult::Begun));
+    assert_eq!(prepared_to(&first), vec![1, 2]);
+    // Half a run prepared asks nobody new.
+    assert_eq!(
+        prepared_to(&c.step(reply(1, prepared(1)))),
+        Vec::<u32>::new()
+    );
+    assert_eq!(prepared_to(&c.step(reply(2, prepared(2)))), vec![3]);
+    // Replica 7 again, but not consecutive with its first run: the global order stays.
+    assert_eq!(prepared_to(&c.step(reply(3, prepared(3)))), vec![4]);
+    assert_eq!(prepared_to(&c.step(reply(4, prepared(4)))), vec![5]);
+    assert_eq!(
+        decided(&c.step(reply(5, prepared(5)))),
+        Some(TxnDecision::Commit)
+    );
 }
 
 #[test]
