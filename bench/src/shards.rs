@@ -82,6 +82,9 @@ pub struct Row {
     pub state_patched: u64,
     #[serde(default)]
     pub state_built: u64,
+    /// The proposals by what they carried, most first ("PlaceGangs 120, TxnReserve 300").
+    #[serde(default)]
+    pub proposals_by_content: String,
     pub violations: usize,
     pub pending: usize,
 }
@@ -234,6 +237,7 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         perform_s,
         state_patched: report.state_cache.patches,
         state_built: report.state_cache.builds,
+        proposals_by_content: report.proposals_by_content(),
     })
 }
 
@@ -315,7 +319,7 @@ pub fn run(b: &ShardBench) -> Result<()> {
             let (grpc, refused, local) = row.messages;
             let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s; round states: {} patched, {} built whole",
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s; round states: {} patched, {} built whole; proposals by content: {}",
                 row.replicas,
                 row.shards,
                 row.grpc_batches,
@@ -323,7 +327,8 @@ pub fn run(b: &ShardBench) -> Result<()> {
                 row.perform_s,
                 row.wall_s - row.plan_s - row.perform_s,
                 row.state_patched,
-                row.state_built
+                row.state_built,
+                row.proposals_by_content
             ));
             csv.push_str(&format!(
                 "{} replicas,{},{:.1}\n",

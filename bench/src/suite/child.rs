@@ -192,6 +192,7 @@ mod tests {
                 perform_s: 0.0,
                 state_patched: 899,
                 state_built: 1,
+                proposals_by_content: String::new(),
             },
             vm_hwm_kib: 204_800,
         }

@@ -471,6 +471,7 @@ mod tests {
             perform_s: 0.0,
             state_patched: 99,
             state_built: 1,
+            proposals_by_content: String::new(),
         };
         child::Outcome::Measured(Box::new(crate::shards::PointReport {
             row,

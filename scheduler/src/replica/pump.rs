@@ -245,6 +245,81 @@ pub fn pump(
     }
 }
 
+/// The `TxnBegin`s of a round's new transactions, taken out of the pump so that they ride
+/// in the proposal of the round's own commands (its `PlaceGangs`): a round then costs one
+/// proposal for both, where the begins took a batch of their own.
+#[derive(Debug, Default)]
+pub struct HeldBegins {
+    asked: Vec<Asked>,
+}
+
+impl HeldBegins {
+    /// Steps the coordinators' `Start`s in `starts` at once, as the pump would, and holds
+    /// the `TxnBegin`s that replica `by`'s coordinators ask for. Whatever else they ask
+    /// (a rejection's report) and any other work goes onto `work` for the pump.
+    pub fn take(
+        driver: &mut impl PumpDriver,
+        by: ReplicaId,
+        starts: impl IntoIterator<Item = Work>,
+        work: &mut VecDeque<Work>,
+    ) -> Self {
+        let mut asked = Vec::new();
+        for w in starts {
+            let Work::ToCoord {
+                to,
+                shard,
+                epoch,
+                event,
+            } = w
+            else {
+                work.push_back(w);
+                continue;
+            };
+            for cmd in driver
+                .step_coordinator(to, shard, epoch, event)
+                .into_iter()
+                .flatten()
+            {
+                let begin = matches!(
+                    cmd,
+                    CoordCommand::ProposeToLedger(LedgerCommand::TxnBegin { .. })
+                );
+                if begin && to == by && driver.runs(to) && driver.admit_coord_command(to, &cmd) {
+                    let CoordCommand::ProposeToLedger(c) = cmd else {
+                        unreachable!("matched above");
+                    };
+                    asked.extend(Asked::of_coordinator((to, shard, epoch), c));
+                } else {
+                    work.push_back(Work::FromCoord {
+                        from: to,
+                        shard,
+                        epoch,
+                        cmd,
+                    });
+                }
+            }
+        }
+        Self { asked }
+    }
+
+    /// The commands to append to the round's own proposal.
+    pub fn commands(&mut self) -> Vec<LedgerCommand> {
+        self.asked.iter_mut().filter_map(|a| a.cmd.take()).collect()
+    }
+
+    /// Queues each begin's answer onto `work` (the answers that followed the round's own
+    /// commands, in order). `None`, or too few answers, answers none: the coordinators
+    /// propose their begins again on a tick.
+    pub fn answered(self, answers: Option<&[LedgerResponse]>, work: &mut VecDeque<Work>) {
+        let Some(answers) = answers.filter(|a| a.len() == self.asked.len()) else {
+            return;
+        };
+        for (a, r) in self.asked.into_iter().zip(answers) {
+            work.push_back(a.answered(r, &mut None));
+        }
+    }
+}
+
 /// A machine's proposal waiting for its batch: what its answer is for, and the command.
 #[derive(Debug)]
 struct Asked {

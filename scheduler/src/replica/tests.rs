@@ -9,7 +9,7 @@ use phalanx_statestore::ledger::{
 };
 use phalanx_statestore::{LedgerCommand, LedgerResponse, LedgerState, PodPlacement, ResourceVec};
 
-use super::pump::{PumpDriver, PumpStopped, Work, pump};
+use super::pump::{HeldBegins, PumpDriver, PumpStopped, Work, pump};
 use super::routing::{RoutesBy, cycle_slice, marks_by_owner, start_txn};
 use crate::cluster::ClusterSnapshot;
 use crate::coord::service::CoordMessage;
@@ -331,6 +331,60 @@ fn the_proposals_of_transactions_in_the_same_phase_go_as_one_batch_per_replica()
         "{:?}",
         states(&w)
     );
+}
+
+#[test]
+fn the_begins_of_a_round_ride_in_the_proposal_of_its_own_gangs_and_the_pump_goes_on_from_their_answers()
+ {
+    let mut w = World::new();
+    w.snapshot = two_pod_gangs(&[("a1", 4), ("a2", 4), ("b1", 4)], &["g", "h"]);
+    let mut starts = w.start_cross_shard_gang();
+    starts.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
+    let mut work = VecDeque::new();
+    let mut begins = HeldBegins::take(&mut w, 1, starts, &mut work);
+    assert!(work.is_empty(), "a start asks only for its begin: {work:?}");
+    let riders = begins.commands();
+    assert_eq!(riders.len(), 2);
+    assert!(
+        riders
+            .iter()
+            .all(|c| matches!(c, LedgerCommand::TxnBegin { .. }))
+    );
+    // The round's own command first (marking nothing bound stands in for its gangs), then
+    // the begins, in one batch.
+    let mut batch = vec![LedgerCommand::MarkBound {
+        shard: 0,
+        epoch: 1,
+        pods: Vec::new(),
+    }];
+    batch.extend(riders);
+    let answers = w.propose_batch(1, batch).expect("answered");
+    begins.answered(Some(&answers[1..]), &mut work);
+    assert_eq!(work.len(), 2, "one answer per begin: {work:?}");
+    pump(&mut w, work, 1_000).expect("finishes");
+    assert_eq!(w.binds.len(), 2, "both committed: {:?}", w.reports);
+    // The pump proposed no begin of its own: reserves, then decisions.
+    assert_eq!(w.batches, vec![(1, 3), (1, 2), (2, 2), (1, 2)]);
+}
+
+#[test]
+fn begins_whose_answer_is_unknown_are_proposed_again_on_a_tick() {
+    let mut w = World::new();
+    let starts = w.start_cross_shard_gang();
+    let mut work = VecDeque::new();
+    let mut begins = HeldBegins::take(&mut w, 1, starts, &mut work);
+    assert_eq!(begins.commands().len(), 1);
+    begins.answered(None, &mut work);
+    assert!(work.is_empty(), "nothing is answered: {work:?}");
+    let tick = Work::ToCoord {
+        to: 1,
+        shard: 0,
+        epoch: 1,
+        event: CoordEvent::Tick { now_ms: 1_000 },
+    };
+    pump(&mut w, VecDeque::from([tick]), 1_000).expect("finishes");
+    assert_eq!(w.proposed().first(), Some(&(1, "TxnBegin")));
+    assert_eq!(w.binds.len(), 1, "then it commits: {:?}", w.reports);
 }
 
 #[test]

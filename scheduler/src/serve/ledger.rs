@@ -113,24 +113,44 @@ pub fn next_epoch(shard: u32, current: u64) -> Result<u64, LedgerError> {
         .ok_or(LedgerError::EpochExhausted { shard, current })
 }
 
+/// What [`commit_fenced`] found: one verdict per gang, the fenced refusals, and the
+/// answers to the commands that rode behind the gangs (`None`: unknown).
+#[derive(Debug)]
+pub struct Committed {
+    pub verdicts: Vec<Verdict>,
+    pub fenced: Vec<Refusal>,
+    pub riders: Option<Vec<LedgerResponse>>,
+}
+
 /// Commits gangs for several owned shards in one proposal (group commit): each shard's
-/// `PlaceGangs` at its fence, the ledger judging each gang alone. Returns one verdict per
-/// gang in the order given, and the fenced refusals (a shard taken by another replica:
-/// its gangs are refused, the other shards' are judged as usual). An unknown outcome is
-/// resolved from the ledger's state, as [`crate::ledger::PlacementLedger::commit`] does.
+/// `PlaceGangs` at its fence, the ledger judging each gang alone, then `riders` (the
+/// period's transaction begins). Returns one verdict per gang in the order given, and the
+/// fenced refusals (a shard taken by another replica: its gangs are refused, the other
+/// shards' are judged as usual). An unknown outcome is resolved from the ledger's state,
+/// as [`crate::ledger::PlacementLedger::commit`] does; the riders' answers stay unknown.
 pub fn commit_fenced(
     ledger: &mut ServeLedger,
     batches: &[(Fence, Vec<GangPlacement>)],
-) -> Result<(Vec<Verdict>, Vec<Refusal>), LedgerError> {
+    riders: Vec<LedgerCommand>,
+) -> Result<Committed, LedgerError> {
     let mut cmds = Vec::new();
     for (fence, gangs) in batches {
         cmds.extend(place_at(*fence, gangs));
     }
     let sizes = command_sizes(&cmds);
+    let placed = cmds.len();
+    cmds.extend(riders);
     match ledger.propose_raw(cmds) {
-        Ok(responses) => Ok((
-            gang_verdicts(&responses, &sizes),
-            fenced_refusals(&responses),
+        Ok(mut responses) if responses.len() >= placed => {
+            let riders = responses.split_off(placed);
+            Ok(Committed {
+                verdicts: gang_verdicts(&responses, &sizes),
+                fenced: fenced_refusals(&responses),
+                riders: Some(riders),
+            })
+        }
+        Ok(_) => Err(LedgerError::Unexpected(
+            "fewer answers than commands in a batch".into(),
         )),
         Err(LedgerError::Ambiguous(why)) => {
             let state = ledger.read_state()?;
@@ -139,7 +159,11 @@ pub fn commit_fenced(
                 .flat_map(|(_, gangs)| gangs)
                 .map(|g| resolve(&state, &to_ledger_gang(g), &why))
                 .collect();
-            Ok((verdicts, Vec::new()))
+            Ok(Committed {
+                verdicts,
+                fenced: Vec::new(),
+                riders: None,
+            })
         }
         Err(e) => Err(e),
     }

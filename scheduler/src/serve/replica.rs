@@ -35,7 +35,7 @@ use super::binds::{BindOutcome, BindPool, BindRequest, Collected};
 use super::http::Health;
 use super::leader::{node_commands, owners, shard_moves};
 use super::lease::ReplicaLeases;
-use super::ledger::{ServeLedger, commit_fenced, next_epoch, reconcile, record_binds};
+use super::ledger::{Committed, ServeLedger, commit_fenced, next_epoch, reconcile, record_binds};
 use super::liveness::LeaseWatch;
 use super::route::{NotLocal, kept_back_status, route};
 use super::twophase::{PumpInput, TwoPhase};
@@ -49,6 +49,7 @@ use crate::ledger::sharded::Fence;
 use crate::ledger::{LedgerBackend, LedgerError, Verdict};
 use crate::model::ObjectKey;
 use crate::observe::progress::LoopProgress;
+use crate::replica::pump::HeldBegins;
 use crate::replica::routing::cycle_slice;
 use crate::shard::ShardMap;
 
@@ -489,7 +490,7 @@ impl ShardedReplica {
                 "gangs left for the next cycle (--max-pods-per-cycle)"
             );
         }
-        let (accepted, kept_back) = self.commit(slice, &state, &snapshot);
+        let (accepted, kept_back) = self.commit(slice, &state, &snapshot, cluster);
         self.progress.mark();
         let queued = self.binds.submit(accepted.iter().flat_map(|(fence, g)| {
             g.placements.iter().map(|p| BindRequest {
@@ -596,6 +597,7 @@ impl ShardedReplica {
         gangs: &'a [GangPlacement],
         state: &LedgerState,
         snapshot: &ClusterSnapshot,
+        cluster: &mut KubeCluster,
     ) -> (Vec<Accepted<'a>>, Vec<(ObjectKey, NotLocal)>) {
         let mut by_fence: BTreeMap<Fence, Vec<&GangPlacement>> = BTreeMap::new();
         let mut kept_back = Vec::new();
@@ -623,8 +625,27 @@ impl ShardedReplica {
         if gangs.is_empty() {
             return (accepted, kept_back);
         }
-        match commit_fenced(&mut self.ledger, &batches) {
-            Ok((verdicts, fenced)) => {
+        // The begins of the transactions just started ride in the same proposal.
+        let mut begins = match self.twophase.as_mut() {
+            Some(tp) => tp.take_begins(&mut PumpInput {
+                ledger: &mut self.ledger,
+                cluster,
+                snapshot,
+                state,
+                conf: &self.opts.conf,
+                scheduler_name: &self.opts.scheduler_name,
+            }),
+            None => HeldBegins::default(),
+        };
+        let committed = commit_fenced(&mut self.ledger, &batches, begins.commands());
+        if let Some(tp) = self.twophase.as_mut() {
+            let riders = committed.as_ref().ok().and_then(|c| c.riders.as_deref());
+            tp.begins_answered(begins, riders);
+        }
+        match committed {
+            Ok(Committed {
+                verdicts, fenced, ..
+            }) => {
                 for r in fenced {
                     self.drop_if_fenced(&LedgerError::Refused(r));
                 }

@@ -50,7 +50,7 @@ use crate::framework::{GangPlacement, SchedulerConf};
 use crate::ledger::LedgerBackend;
 use crate::ledger::sharded::mark_bound_at;
 use crate::model::ObjectKey;
-use crate::replica::pump::{self, HeldMessages, PumpDriver, Work};
+use crate::replica::pump::{self, HeldBegins, HeldMessages, PumpDriver, Work};
 use crate::replica::routing::{marks_by_owner, start_txn};
 use crate::simulate::pool_pick::PoolView;
 
@@ -222,6 +222,46 @@ impl TwoPhase {
             epoch,
             event: CoordEvent::Start(start),
         });
+    }
+
+    /// The begins of the transactions started this period ([`HeldBegins`]), for the
+    /// period's commit to carry in its proposal. Only starts whose coordinator is built
+    /// are taken (a shard just taken gets its coordinator at the next pump's `follow`);
+    /// everything else stays pending for the pump.
+    pub fn take_begins(&mut self, input: &mut PumpInput<'_>) -> HeldBegins {
+        let built: BTreeMap<ShardId, Epoch> = lock(&self.coords)
+            .iter()
+            .map(|(s, c)| (*s, c.epoch()))
+            .collect();
+        let (starts, rest): (VecDeque<Work>, VecDeque<Work>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|w| match w {
+                Work::ToCoord {
+                    shard,
+                    epoch,
+                    event: CoordEvent::Start(_),
+                    ..
+                } => built.get(shard) == Some(epoch),
+                _ => false,
+            });
+        self.pending = rest;
+        let (id, mut work) = (self.id, VecDeque::new());
+        let mut driver = ServeDriver {
+            tp: self,
+            input,
+            messages: HeldMessages::default(),
+        };
+        let begins = HeldBegins::take(&mut driver, id, starts, &mut work);
+        // A start sends nothing: its prepares follow the begin's answer.
+        driver.flush(&mut work);
+        self.pending.extend(work);
+        begins
+    }
+
+    /// Queues for the next pump the answers to begins the period's commit carried
+    /// (`None`: unknown; the coordinators propose them again on a tick).
+    pub fn begins_answered(&mut self, begins: HeldBegins, answers: Option<&[LedgerResponse]>) {
+        begins.answered(answers, &mut self.pending);
     }
 
     /// Runs every pending event, the messages received since the last pump, and a tick

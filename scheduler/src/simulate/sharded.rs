@@ -66,7 +66,7 @@ use crate::ledger::sharded::{Fence, command_sizes, gang_verdicts, load_sharded, 
 use crate::ledger::{LedgerError, LedgerFault, PlacementLedger, ReleaseReason, Verdict};
 use crate::model::{DEFAULT_QUEUE, ObjectKey, TimeMs};
 use crate::replica::group_commit::{self, Deferred, Outbox};
-use crate::replica::pump::{self, HeldMessages, PumpDriver, Work};
+use crate::replica::pump::{self, HeldBegins, HeldMessages, PumpDriver, Work};
 use crate::replica::routing::{RoutesBy, marks_by_owner, start_txn};
 use crate::shard::{Heartbeats, ShardMap, ShardingConfig, assign, assign_shards};
 use crate::simulate::driver::RunOutcome;
@@ -213,6 +213,9 @@ pub struct ShardReport {
     /// batch with replicas) and the commands in them.
     pub ledger_proposals: u64,
     pub ledger_commands: u64,
+    /// Proposals by what they carried ([`proposal_content`], e.g. "PlaceGangs+TxnBegin"):
+    /// where a round's proposals go.
+    pub proposals_by_content: BTreeMap<String, u64>,
     /// Raft entries the ledger took for the whole run, the load included (a proposal over
     /// an entry's limits takes more than one); `None` with the in-process ledger.
     pub raft_entries: Option<u64>,
@@ -240,7 +243,52 @@ pub struct FailoverRecord {
     pub moved_wall_ms: Option<f64>,
 }
 
+/// What one proposal carried: the kinds of its commands in the order of the ledger's
+/// closed set, marks and releases counted as one kind ("PlaceGangs+TxnBegin").
+pub fn proposal_content(commands: &[LedgerCommand]) -> String {
+    const KINDS: [&str; 7] = [
+        "PlaceGangs",
+        "TxnBegin",
+        "TxnReserve",
+        "TxnDecide",
+        "MarkBound/Release",
+        "ExpireAt",
+        "nodes/shards",
+    ];
+    let mut seen = [false; KINDS.len()];
+    for c in commands {
+        let i = match c {
+            LedgerCommand::PlaceGangs { .. } => 0,
+            LedgerCommand::TxnBegin { .. } => 1,
+            LedgerCommand::TxnReserve { .. } => 2,
+            LedgerCommand::TxnDecide { .. } => 3,
+            LedgerCommand::MarkBound { .. } | LedgerCommand::Release { .. } => 4,
+            LedgerCommand::ExpireAt { .. } => 5,
+            LedgerCommand::UpsertNode { .. }
+            | LedgerCommand::RemoveNode { .. }
+            | LedgerCommand::SetOvercommit { .. }
+            | LedgerCommand::AssignShard { .. } => 6,
+        };
+        seen[i] = true;
+    }
+    let named: Vec<&str> = KINDS
+        .iter()
+        .zip(seen)
+        .filter(|(_, s)| *s)
+        .map(|(k, _)| *k)
+        .collect();
+    named.join("+")
+}
+
 impl ShardReport {
+    /// `proposals_by_content`, most first: "PlaceGangs 120, TxnReserve 300, ...".
+    pub fn proposals_by_content(&self) -> String {
+        let mut by: Vec<(&String, &u64)> = self.proposals_by_content.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        parts.join(", ")
+    }
+
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
@@ -270,8 +318,11 @@ impl ShardReport {
         });
         let _ = writeln!(
             out,
-            "ledger: {} proposals ({} commands) over {} rounds{entries}",
-            self.ledger_proposals, self.ledger_commands, self.rounds
+            "ledger: {} proposals ({} commands) over {} rounds{entries}; by content: {}",
+            self.ledger_proposals,
+            self.ledger_commands,
+            self.rounds,
+            self.proposals_by_content()
         );
         for e in &self.replica_events {
             let _ = writeln!(out, "replica fault: {e}");
@@ -862,6 +913,11 @@ impl ShardRuntime {
         by: Option<ReplicaId>,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        if commands.is_empty() {
+            // Nothing to write (`flush_outboxes` of a replica with nothing queued): no
+            // proposal, which with Raft would still take a round trip and an entry.
+            return Ok(Vec::new());
+        }
         if let Some(id) = by
             && self
                 .replicas
@@ -874,6 +930,11 @@ impl ShardRuntime {
         }
         self.report.ledger_proposals += 1;
         self.report.ledger_commands += commands.len() as u64;
+        *self
+            .report
+            .proposals_by_content
+            .entry(proposal_content(&commands))
+            .or_default() += 1;
         let responses = ledger.propose_raw(commands.clone())?;
         for (cmd, response) in commands.iter().zip(&responses) {
             if cmd.fence().is_none() {
@@ -921,6 +982,30 @@ impl ShardRuntime {
         if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
             errors.push(e.to_string());
         }
+    }
+
+    /// Steps replica `by`'s new transactions' starts and holds the `TxnBegin`s they ask
+    /// for ([`HeldBegins`]); anything else they lead to goes onto `work` for the pump.
+    fn take_begins(
+        &mut self,
+        sim: &mut SimCluster,
+        ledger: &mut dyn PlacementLedger,
+        by: ReplicaId,
+        starts: Vec<Work>,
+        work: &mut VecDeque<Work>,
+    ) -> HeldBegins {
+        let now = sim.now_ms();
+        let mut driver = SimDriver {
+            rt: self,
+            sim,
+            ledger,
+            now,
+            messages: HeldMessages::default(),
+        };
+        let begins = HeldBegins::take(&mut driver, by, starts, work);
+        // A start sends nothing: its prepares follow the begin's answer.
+        driver.flush(work);
+        begins
     }
 
     /// Ends `txn` in the report and in this runtime's bookkeeping of open transactions.
@@ -1729,7 +1814,7 @@ impl ShardRuntime {
                     cross.push((h, gang.clone()));
                 }
             }
-            self.commit_local(sim, ledger, *id, &owned, local, cycle, outcome);
+            let mut starts = Vec::new();
             for (h, gang) in cross {
                 let Some(epoch) = owned.get(&h).copied() else {
                     continue;
@@ -1751,13 +1836,24 @@ impl ShardRuntime {
                 self.open.insert(txn.clone(), start.gang.clone());
                 self.deadlines.insert(txn.clone(), start.deadline_ms);
                 self.started.insert(txn, gang.clone());
-                work.push_back(Work::ToCoord {
+                starts.push(Work::ToCoord {
                     to: *id,
                     shard: h,
                     epoch,
                     event: CoordEvent::Start(start),
                 });
             }
+            // The begins of the new transactions ride in the proposal of the local gangs.
+            let mut begins = self.take_begins(sim, ledger, *id, starts, &mut work);
+            let answers = self.commit_local(
+                sim,
+                ledger,
+                (*id, &owned),
+                local,
+                begins.commands(),
+                (cycle, outcome),
+            );
+            begins.answered(answers.as_deref(), &mut work);
         }
         // The replicas' cross-shard transactions run at the same time: their messages are
         // interleaved in one pump, first come first served.
@@ -1818,21 +1914,18 @@ impl ShardRuntime {
 
     /// Replica `id` commits its home shards' gangs that lie in one pool: every shard's
     /// `PlaceGangs` in one proposal, behind its queued marks and releases (group commit),
-    /// the ledger judging each gang alone; then it binds the gangs accepted.
-    #[allow(clippy::too_many_arguments)]
+    /// the ledger judging each gang alone; then it binds the gangs accepted. The `begins`
+    /// of its new transactions ride behind them; their answers are returned (`None`:
+    /// unknown, and the coordinators propose them again on a tick).
     fn commit_local(
         &mut self,
         sim: &mut SimCluster,
         ledger: &mut dyn PlacementLedger,
-        id: ReplicaId,
-        owned: &BTreeMap<ShardId, Epoch>,
+        (id, owned): (ReplicaId, &BTreeMap<ShardId, Epoch>),
         local: BTreeMap<ShardId, Vec<GangPlacement>>,
-        cycle: u32,
-        outcome: &mut RunOutcome,
-    ) {
-        if local.is_empty() {
-            return;
-        }
+        begins: Vec<LedgerCommand>,
+        (cycle, outcome): (u32, &mut RunOutcome),
+    ) -> Option<Vec<LedgerResponse>> {
         let (mut cmds, mut gangs) = (Vec::new(), Vec::new());
         for (shard, g) in local {
             cmds.extend(place_at(
@@ -1845,8 +1938,19 @@ impl ShardRuntime {
             gangs.extend(g);
         }
         let sizes = command_sizes(&cmds);
-        let responses = match self.propose_grouped(ledger, id, cmds) {
-            Ok(responses) => responses,
+        let placed = cmds.len();
+        cmds.extend(begins);
+        if cmds.is_empty() {
+            // The queued marks and releases wait for the replica's next proposal.
+            return Some(Vec::new());
+        }
+        let mut responses = match self.propose_grouped(ledger, id, cmds) {
+            Ok(responses) if responses.len() >= placed => responses,
+            Ok(_) => {
+                let e = format!("cycle {cycle}: replica {id}: fewer answers than commands");
+                outcome.ledger_errors.push(e);
+                return None;
+            }
             Err(LedgerError::Ambiguous(why)) => {
                 // If it landed, the retry of assumed placements binds it.
                 self.dirty = true;
@@ -1857,14 +1961,15 @@ impl ShardRuntime {
                         format!("outcome unknown ({why})"),
                     )
                 }));
-                return;
+                return None;
             }
             Err(e) => {
                 let e = format!("cycle {cycle}: replica {id} committing its shards' gangs: {e}");
                 outcome.ledger_errors.push(e);
-                return;
+                return None;
             }
         };
+        let begun = responses.split_off(placed);
         for (gang, v) in gangs.iter().zip(gang_verdicts(&responses, &sizes)) {
             match v {
                 Verdict::Accepted => {
@@ -1883,6 +1988,7 @@ impl ShardRuntime {
                 }
             }
         }
+        Some(begun)
     }
 
     /// Pods the ledger may hold without the cluster running them on that node, for now:
