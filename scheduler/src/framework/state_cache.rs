@@ -145,6 +145,12 @@ impl StateCache {
         (base.built.state.clone(), why)
     }
 
+    /// The state kept for the snapshot last given to [`Self::state`], unchanged by what
+    /// the round did with its copy; `None` before the first.
+    pub fn kept(&self) -> Option<&SessionState> {
+        self.base.as_ref().map(|b| &b.built.state)
+    }
+
     /// The cache's state against one built from `snapshot` (which it must have just been
     /// brought up to date with): the differences, empty when they are equal.
     pub fn check(&self, snapshot: &ClusterSnapshot) -> Vec<String> {

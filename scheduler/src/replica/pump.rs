@@ -284,7 +284,11 @@ impl HeldBegins {
                     cmd,
                     CoordCommand::ProposeToLedger(LedgerCommand::TxnBegin { .. })
                 );
-                if begin && to == by && driver.runs(to) && driver.admit_coord_command(to, &cmd) {
+                if begin && to == by {
+                    // Admitted once, here, as the pump admits a command it performs.
+                    if !driver.runs(to) || !driver.admit_coord_command(to, &cmd) {
+                        continue;
+                    }
                     let CoordCommand::ProposeToLedger(c) = cmd else {
                         unreachable!("matched above");
                     };

@@ -428,7 +428,7 @@ impl ShardedReplica {
             return Ok(());
         }
         let owned = self.owned.clone();
-        self.pump_2pc(cluster, &snapshot, &state);
+        self.pump_2pc(cluster, &snapshot, &state, false);
         let reconciled = reconcile(
             &mut self.ledger,
             &|pod| cluster.pod_is_gone(pod),
@@ -504,7 +504,7 @@ impl ShardedReplica {
             &session,
             accepted.iter().map(|(_, g)| &g.gang),
         );
-        self.pump_2pc(cluster, &snapshot, &state);
+        self.pump_2pc(cluster, &snapshot, &state, true);
         self.report(cluster, &snapshot, &plan, &accepted, &kept_back);
         if let (Some(admin), Some(tp)) = (&self.admin, self.twophase.as_mut()) {
             admin.publish_txn_ends(tp.take_ended());
@@ -528,12 +528,15 @@ impl ShardedReplica {
     }
 
     /// Runs the 2PC state machines of the owned shards (when enabled) on the messages
-    /// received since the last pump.
+    /// received since the last pump. `cached`: the state cache was brought up to date
+    /// with `snapshot` this period, so the pick view starts from its kept state rather
+    /// than building the same state again.
     fn pump_2pc(
         &mut self,
         cluster: &mut KubeCluster,
         snapshot: &ClusterSnapshot,
         state: &LedgerState,
+        cached: bool,
     ) {
         let Some(tp) = self.twophase.as_mut() else {
             return;
@@ -546,6 +549,7 @@ impl ShardedReplica {
             state,
             conf: &self.opts.conf,
             scheduler_name: &self.opts.scheduler_name,
+            kept_state: self.state_cache.kept().filter(|_| cached),
         });
     }
 
@@ -625,24 +629,7 @@ impl ShardedReplica {
         if gangs.is_empty() {
             return (accepted, kept_back);
         }
-        // The begins of the transactions just started ride in the same proposal.
-        let mut begins = match self.twophase.as_mut() {
-            Some(tp) => tp.take_begins(&mut PumpInput {
-                ledger: &mut self.ledger,
-                cluster,
-                snapshot,
-                state,
-                conf: &self.opts.conf,
-                scheduler_name: &self.opts.scheduler_name,
-            }),
-            None => HeldBegins::default(),
-        };
-        let committed = commit_fenced(&mut self.ledger, &batches, begins.commands());
-        if let Some(tp) = self.twophase.as_mut() {
-            let riders = committed.as_ref().ok().and_then(|c| c.riders.as_deref());
-            tp.begins_answered(begins, riders);
-        }
-        match committed {
+        match self.commit_with_begins(&batches, state, snapshot, cluster) {
             Ok(Committed {
                 verdicts, fenced, ..
             }) => {
@@ -667,6 +654,35 @@ impl ShardedReplica {
             }
         }
         (accepted, kept_back)
+    }
+
+    /// [`commit_fenced`] with the begins of the transactions started this period riding
+    /// behind the gangs (one proposal for both); their answers go to the next pump.
+    fn commit_with_begins(
+        &mut self,
+        batches: &[(Fence, Vec<GangPlacement>)],
+        state: &LedgerState,
+        snapshot: &ClusterSnapshot,
+        cluster: &mut KubeCluster,
+    ) -> Result<Committed, LedgerError> {
+        let mut begins = match self.twophase.as_mut() {
+            Some(tp) => tp.take_begins(&mut PumpInput {
+                ledger: &mut self.ledger,
+                cluster,
+                snapshot,
+                state,
+                conf: &self.opts.conf,
+                scheduler_name: &self.opts.scheduler_name,
+                kept_state: None,
+            }),
+            None => HeldBegins::default(),
+        };
+        let committed = commit_fenced(&mut self.ledger, batches, begins.commands());
+        if let Some(tp) = self.twophase.as_mut() {
+            let riders = committed.as_ref().ok().and_then(|c| c.riders.as_deref());
+            tp.begins_answered(begins, riders);
+        }
+        committed
     }
 
     /// Statuses and Events of the accepted gangs and of the gangs kept back; those of gangs

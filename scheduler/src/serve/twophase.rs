@@ -69,6 +69,10 @@ pub struct PumpInput<'a> {
     pub state: &'a LedgerState,
     pub conf: &'a SchedulerConf,
     pub scheduler_name: &'a str,
+    /// The state the replica's state cache keeps for `snapshot`, when it has one: the
+    /// participants' pick view starts from it instead of building the same state again,
+    /// and holds what the ledger has beyond it.
+    pub kept_state: Option<&'a crate::framework::SessionState>,
 }
 
 /// This replica's coordinators and participants, its CoordinatorService, and its clients
@@ -495,6 +499,14 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
             .iter()
             .map(|(n, r)| (n.clone(), r.shard))
             .collect();
+        if let Some(kept) = self.input.kept_state {
+            return Ok(PoolView::open_on(
+                kept.clone(),
+                self.input.conf,
+                &node_shard,
+                state,
+            ));
+        }
         Ok(PoolView::open(
             self.input.snapshot,
             self.input.conf,

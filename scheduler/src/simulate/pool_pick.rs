@@ -17,14 +17,17 @@
 //! ledger, and picks that did not see each other would choose the same free capacity. The
 //! hold is given back when the ledger refuses the reservation or the transaction aborts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 
 use phalanx_statestore::ledger::{PlacementState, ShardId, TxnId};
 use phalanx_statestore::{LedgerState, PodPlacement, ResourceVec};
 
 use crate::cluster::ClusterSnapshot;
 use crate::framework::node_picker::node_fits;
-use crate::framework::{FitErrors, NodeId, SchedulerConf, Session, TaskId, Unfit};
+use crate::framework::session::TaskInfo;
+use crate::framework::{FitErrors, NodeId, SchedulerConf, Session, SessionState, TaskId, Unfit};
 use crate::model::Resources;
 
 /// What a transaction holds in one participant's pool.
@@ -40,12 +43,57 @@ fn committed() -> HoldKey {
 pub struct PoolView {
     session: Session,
     /// Pod key (`namespace/name`) -> its task in `session`.
-    task_of: HashMap<String, TaskId>,
+    task_of: TaskIndex,
     /// Shard -> its pool's nodes, in node-name order (node ids follow names).
     pools: BTreeMap<ShardId, Vec<NodeId>>,
     /// Usage this view counts beyond the cluster, by transaction and participant shard:
     /// picks and reservations, to give back on a refusal or an abort.
     held: BTreeMap<HoldKey, Vec<(NodeId, Resources)>>,
+}
+
+/// A view's tasks by their pod's key, found from the ledger's `namespace/name` strings.
+/// Keyed by a hash of the key's two parts, so that opening a view (every task of the
+/// cluster, pending ones included) allocates no string per task; a lookup checks the
+/// task's key, and a task whose hash another task holds waits in `spilled` (rare).
+#[derive(Debug, Default)]
+struct TaskIndex {
+    by_hash: crate::FastMap<u64, TaskId>,
+    spilled: Vec<TaskId>,
+}
+
+impl TaskIndex {
+    fn new(tasks: &[TaskInfo]) -> Self {
+        let mut index = Self::default();
+        index.by_hash.reserve(tasks.len());
+        for (t, info) in tasks.iter().enumerate() {
+            let key = &info.pod.key;
+            match index.by_hash.entry(key_hash(&key.namespace, &key.name)) {
+                Entry::Vacant(slot) => {
+                    slot.insert(t);
+                }
+                Entry::Occupied(_) => index.spilled.push(t),
+            }
+        }
+        index
+    }
+
+    /// The task of pod `key` (`namespace/name`) among `tasks` (those it was made from).
+    fn get(&self, tasks: &[TaskInfo], key: &str) -> Option<TaskId> {
+        let (namespace, name) = key.split_once('/')?;
+        let is = |t: &TaskId| {
+            let k = &tasks[*t].pod.key;
+            k.namespace == namespace && k.name == name
+        };
+        self.by_hash
+            .get(&key_hash(namespace, name))
+            .filter(|t| is(t))
+            .or_else(|| self.spilled.iter().find(|t| is(t)))
+            .copied()
+    }
+}
+
+fn key_hash(namespace: &str, name: &str) -> u64 {
+    foldhash::fast::FixedState::default().hash_one((namespace, name))
 }
 
 impl PoolView {
@@ -58,14 +106,20 @@ impl PoolView {
         node_shard: &BTreeMap<String, ShardId>,
         ledger: &LedgerState,
     ) -> Self {
-        let session = Session::open(snapshot, conf, scheduler_name);
-        let task_of = session
-            .state
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(t, info)| (info.pod.key.to_string(), t))
-            .collect();
+        let state = SessionState::build(snapshot, scheduler_name);
+        Self::open_on(state, conf, node_shard, ledger)
+    }
+
+    /// [`Self::open`] on the state of the snapshot, already made (as the replica's
+    /// [`crate::framework::StateCache`] keeps it), so that a pump does not build it again.
+    pub fn open_on(
+        state: SessionState,
+        conf: &SchedulerConf,
+        node_shard: &BTreeMap<String, ShardId>,
+        ledger: &LedgerState,
+    ) -> Self {
+        let session = Session::open_state(state, conf);
+        let task_of = TaskIndex::new(&session.state.tasks);
         let mut pools: BTreeMap<ShardId, Vec<NodeId>> = BTreeMap::new();
         for (id, n) in session.state.nodes.iter().enumerate() {
             if let Some(s) = node_shard.get(n.name()) {
@@ -79,16 +133,21 @@ impl PoolView {
             held: BTreeMap::new(),
         };
         for (pod, p) in &ledger.placements {
+            // A bound pod the state does not show is gone: its owner's next batch
+            // carries its release ahead of any reservation (group commit).
             if p.state == PlacementState::Bound {
                 continue;
             }
             let Some(&node) = view.session.state.node_index.get(&p.node) else {
                 continue;
             };
-            let shown = view.task_of.get(pod).is_some_and(|&t| {
-                let task = &view.session.state.tasks[t];
-                task.node == Some(node) && task.status.occupies_node()
-            });
+            let shown = view
+                .task_of
+                .get(&view.session.state.tasks, pod)
+                .is_some_and(|t| {
+                    let task = &view.session.state.tasks[t];
+                    task.node == Some(node) && task.status.occupies_node()
+                });
             if shown {
                 continue;
             }
@@ -133,7 +192,7 @@ impl PoolView {
     ) -> Result<Vec<PodPlacement>, String> {
         let mut out = Vec::with_capacity(wanted.len());
         for w in wanted {
-            let Some(&task) = self.task_of.get(&w.pod) else {
+            let Some(task) = self.task_of.get(&self.session.state.tasks, &w.pod) else {
                 return Err(format!("pod {}: not in the cluster", w.pod));
             };
             let node = self.node_for(pool, task, &w.node)?;
@@ -288,6 +347,22 @@ mod tests {
             .into_iter()
             .map(|(n, s)| (n.to_string(), s))
             .collect()
+    }
+
+    #[test]
+    fn the_task_index_finds_every_pod_by_its_key_string_and_spilled_ones_too() {
+        let state = SessionState::build(&cluster(2).build(), crate::model::DEFAULT_SCHEDULER_NAME);
+        let mut index = TaskIndex::new(&state.tasks);
+        for (t, info) in state.tasks.iter().enumerate() {
+            assert_eq!(index.get(&state.tasks, &info.pod.key.to_string()), Some(t));
+        }
+        assert_eq!(index.get(&state.tasks, "default/g-9"), None);
+        assert_eq!(index.get(&state.tasks, "no-slash"), None);
+        // A task whose hash another task holds is found among the spilled ones.
+        let key = state.tasks[1].pod.key.clone();
+        index.by_hash.remove(&key_hash(&key.namespace, &key.name));
+        index.spilled.push(1);
+        assert_eq!(index.get(&state.tasks, &key.to_string()), Some(1));
     }
 
     fn view(cluster: Cluster, ledger: &LedgerState) -> PoolView {
