@@ -971,14 +971,7 @@ impl ShardRuntime {
         work: VecDeque<Work>,
         errors: &mut Vec<String>,
     ) {
-        let now = sim.now_ms();
-        let mut driver = SimDriver {
-            rt: self,
-            sim,
-            ledger,
-            now,
-            messages: HeldMessages::default(),
-        };
+        let mut driver = SimDriver::new(self, sim, ledger);
         if let Err(e) = pump::pump(&mut driver, work, MAX_PUMP_STEPS) {
             errors.push(e.to_string());
         }
@@ -994,14 +987,7 @@ impl ShardRuntime {
         starts: Vec<Work>,
         work: &mut VecDeque<Work>,
     ) -> HeldBegins {
-        let now = sim.now_ms();
-        let mut driver = SimDriver {
-            rt: self,
-            sim,
-            ledger,
-            now,
-            messages: HeldMessages::default(),
-        };
+        let mut driver = SimDriver::new(self, sim, ledger);
         let begins = HeldBegins::take(&mut driver, by, starts, work);
         // A start sends nothing: its prepares follow the begin's answer.
         driver.flush(work);
@@ -1077,7 +1063,23 @@ struct SimDriver<'r, 's, 'l> {
     messages: HeldMessages,
 }
 
-impl SimDriver<'_, '_, '_> {
+impl<'r, 's, 'l> SimDriver<'r, 's, 'l> {
+    /// The driver of every replica of `rt`, at the simulated cluster's time.
+    fn new(
+        rt: &'r mut ShardRuntime,
+        sim: &'s mut SimCluster,
+        ledger: &'l mut dyn PlacementLedger,
+    ) -> Self {
+        let now = sim.now_ms();
+        Self {
+            rt,
+            sim,
+            ledger,
+            now,
+            messages: HeldMessages::default(),
+        }
+    }
+
     fn running(&self, id: ReplicaId) -> Option<&Replica> {
         self.rt.replicas.get(&id).filter(|r| r.health == Health::Up)
     }
