@@ -3,14 +3,24 @@
 //!
 //! ```text
 //!  Start ─► [queued] ─slot─► Beginning ─Begun─► Preparing ─all Prepared─► Deciding(commit) ─Decided─► Bind, Report
-//!                               │                  │ any Refused / deadline           │
-//!                               │ BeginRefused     └──────────────► Deciding(abort) ──Decided─► SendDecision, Report
-//!                               ▼                                        ▲
-//!                           Report(Rejected)        deadline ────────────┘ (from Beginning too)
+//!                               │                  │  │ any Refused / deadline           │
+//!                               │ BeginRefused     │  └──────────────► Deciding(abort) ──Decided─► SendDecision, Report
+//!                               ▼                  │                        ▲
+//!                           Report(Rejected)       │                        └── deadline (from Beginning too)
+//!                                                  │ Prepared { committed: true } from the last participant
+//!                                                  ▼
+//!                                              Committed ─every part's placements known─► Bind, Report
 //! ```
 //!
 //! A decision once proposed is never changed by this coordinator (the ledger makes it
 //! final; `TxnAlreadyDecided` tells it the ledger's expiry aborted first).
+//!
+//! In ascending order the last participant asked logs the commit itself, behind its own
+//! reservation in the same proposal ([`Prepare::commit_at`]): the ledger applies it only
+//! if every reservation is in by then, so it is the commit the coordinator would have
+//! proposed one proposal later, and a refused one leaves the coordinator to decide as
+//! before. A commit so logged while this coordinator proposed an abort at its deadline
+//! comes back as `TxnAlreadyDecided`, and the bind waits for the placements it lacks.
 //!
 //! The plan's nodes are hints sent with each prepare; every participant's owner picks the
 //! nodes of its pool and its `Prepared` reply names them. A commit binds those.
@@ -55,6 +65,10 @@ pub struct CoordConfig {
     pub max_decide_attempts: u32,
     /// Prepare order.
     pub prepare_order: PrepareOrder,
+    /// In ascending order, the last participant asked logs the commit behind its own
+    /// reservation ([`Prepare::commit_at`]), so a committed gang costs no proposal for
+    /// its decision. Off, the coordinator always proposes the decision itself.
+    pub last_participant_commits: bool,
 }
 
 impl Default for CoordConfig {
@@ -65,6 +79,7 @@ impl Default for CoordConfig {
             resend_after_ms: 200,
             max_decide_attempts: 20,
             prepare_order: PrepareOrder::Ascending,
+            last_participant_commits: true,
         }
     }
 }
@@ -106,6 +121,10 @@ pub enum Phase {
     Preparing,
     /// `TxnDecide` proposed.
     Deciding(TxnDecision),
+    /// The commit is in the ledger, logged by the last participant behind its
+    /// reservation or found there, and some participant's placements (which the bind
+    /// needs) are not known yet: their prepares are resent until they answer.
+    Committed,
 }
 
 #[derive(Clone, Debug)]
@@ -121,6 +140,9 @@ struct Active {
     phase: Phase,
     asked: BTreeSet<ShardId>,
     prepared: BTreeSet<ShardId>,
+    /// The participant asked to log the commit behind its reservation: the last shard
+    /// of the last run.
+    committer: Option<ShardId>,
     last_sent_ms: u64,
     decide_attempts: u32,
     reason: String,
@@ -268,6 +290,7 @@ impl Coordinator {
                 phase: Phase::Beginning,
                 asked: BTreeSet::new(),
                 prepared: BTreeSet::new(),
+                committer: None,
                 last_sent_ms: self.now_ms,
                 decide_attempts: 0,
                 reason: String::new(),
@@ -328,10 +351,14 @@ impl Coordinator {
     }
 
     /// Asks the next participants: all (parallel), or the lowest not yet asked with the
-    /// consecutive ones of the same owner (ascending).
+    /// consecutive ones of the same owner (ascending). In ascending order the last run's
+    /// last shard is asked to log the commit behind its reservation: every participant
+    /// before the run is prepared by then, and its owner reserves the run in one
+    /// proposal, in shard order.
     fn send_prepares(&mut self, txn: &TxnId, out: &mut Vec<CoordCommand>) {
-        let (shard, now) = (self.shard, self.now_ms);
+        let (shard, epoch, now) = (self.shard, self.epoch, self.now_ms);
         let order = self.config.prepare_order;
+        let delegate = self.config.last_participant_commits;
         let Some(a) = self.active.get_mut(txn) else {
             return;
         };
@@ -341,6 +368,7 @@ impl Coordinator {
             .copied()
             .filter(|s| !a.asked.contains(s))
             .collect();
+        let pending_count = pending.len();
         let to_ask = match order {
             PrepareOrder::Parallel => pending,
             PrepareOrder::Ascending if a.asked.len() == a.prepared.len() => {
@@ -348,9 +376,13 @@ impl Coordinator {
             }
             PrepareOrder::Ascending => Vec::new(),
         };
+        let last_run = !to_ask.is_empty() && to_ask.len() == pending_count;
+        if order == PrepareOrder::Ascending && delegate && last_run {
+            a.committer = to_ask.last().copied();
+        }
         for s in to_ask {
             a.asked.insert(s);
-            out.push(prepare_command(txn, shard, a, s));
+            out.push(prepare_command(txn, (shard, epoch), a, s));
         }
         a.last_sent_ms = now;
     }
@@ -369,9 +401,14 @@ impl Coordinator {
             return;
         }
         let reply = match reply {
-            PrepareReply::Prepared { placements } => match same_pods(&a.parts[&shard], &placements)
-            {
-                Ok(()) => PrepareReply::Prepared { placements },
+            PrepareReply::Prepared {
+                placements,
+                committed,
+            } => match same_pods(&a.parts[&shard], &placements) {
+                Ok(()) => PrepareReply::Prepared {
+                    placements,
+                    committed,
+                },
                 Err(why) => PrepareReply::Refused(why),
             },
             refused => refused,
@@ -382,23 +419,16 @@ impl Coordinator {
                 self.on_begun(txn, out);
                 self.on_reply(txn, shard, reply, out);
             }
-            (Phase::Preparing, PrepareReply::Prepared { .. }) if a.prepared.contains(&shard) => {
+            (_, PrepareReply::Prepared { .. }) if a.prepared.contains(&shard) => {
                 // A resent prepare's answer: the first one named the reserved nodes.
             }
-            (Phase::Preparing, PrepareReply::Prepared { placements }) => {
-                let all = {
-                    let a = self.active.get_mut(txn).expect("looked up above");
-                    a.asked.insert(shard);
-                    a.prepared.insert(shard);
-                    a.reserved.insert(shard, placements);
-                    a.prepared.len() == a.parts.len()
-                };
-                if all {
-                    self.decide(txn, TxnDecision::Commit, "every participant prepared", out);
-                } else {
-                    self.send_prepares(txn, out);
-                }
-            }
+            (
+                _,
+                PrepareReply::Prepared {
+                    placements,
+                    committed,
+                },
+            ) => self.on_prepared(txn, shard, placements, committed, out),
             (Phase::Preparing, PrepareReply::Refused(_)) if a.prepared.contains(&shard) => {
                 // Its reservation is in the ledger: a refusal now answers a stale resend.
             }
@@ -407,6 +437,42 @@ impl Coordinator {
                 self.decide(txn, TxnDecision::Abort, &reason, out);
             }
             _ => {}
+        }
+    }
+
+    /// A participant's part is reserved on `placements` (and, if it says so, the commit
+    /// is logged behind it).
+    fn on_prepared(
+        &mut self,
+        txn: &TxnId,
+        shard: ShardId,
+        placements: Vec<PodPlacement>,
+        committed: bool,
+        out: &mut Vec<CoordCommand>,
+    ) {
+        let now = self.now_ms;
+        let Some(a) = self.active.get_mut(txn) else {
+            return;
+        };
+        a.asked.insert(shard);
+        a.prepared.insert(shard);
+        a.reserved.insert(shard, placements);
+        if committed && a.phase == Phase::Preparing {
+            a.phase = Phase::Committed;
+            a.last_sent_ms = now;
+            a.decide_attempts = 0;
+            a.reason = format!("every participant prepared; shard {shard} logged the commit");
+        }
+        let all = a.prepared.len() == a.parts.len();
+        match a.phase {
+            Phase::Committed if all => self.finish(txn, TxnDecision::Commit, out),
+            Phase::Preparing if all => {
+                self.decide(txn, TxnDecision::Commit, "every participant prepared", out)
+            }
+            Phase::Preparing => self.send_prepares(txn, out),
+            // Committed: the other replies follow (or are asked for again on a tick).
+            // Deciding: the decision's answer finishes it.
+            Phase::Beginning | Phase::Committed | Phase::Deciding(_) => {}
         }
     }
 
@@ -454,8 +520,23 @@ impl Coordinator {
         }
     }
 
-    /// The decision is logged: commit binds, both tell the participants.
+    /// The decision is logged: commit binds, both tell the participants. A commit whose
+    /// placements are not all known yet (a participant logged it while this coordinator,
+    /// at its deadline, proposed an abort) waits for the missing replies first.
     fn finish(&mut self, txn: &TxnId, decision: TxnDecision, out: &mut Vec<CoordCommand>) {
+        let now = self.now_ms;
+        let Some(a) = self.active.get_mut(txn) else {
+            return;
+        };
+        if decision == TxnDecision::Commit && a.reserved.len() < a.parts.len() {
+            if a.phase != Phase::Committed {
+                a.phase = Phase::Committed;
+                a.last_sent_ms = now;
+                a.decide_attempts = 0;
+                a.reason = "a participant logged the commit first".to_string();
+            }
+            return;
+        }
         let Some(a) = self.active.remove(txn) else {
             return;
         };
@@ -470,6 +551,13 @@ impl Coordinator {
             TxnDecision::Commit => {
                 // The ledger holds the participants' picks, so do their replies; a commit
                 // is only proposed once every participant replied.
+                let reason = match a.phase {
+                    Phase::Deciding(TxnDecision::Abort) => {
+                        "the last participant logged the commit before the deadline's abort"
+                            .to_string()
+                    }
+                    _ => a.reason,
+                };
                 let pods: Vec<PodPlacement> = a.reserved.into_values().flatten().collect();
                 if !pods.is_empty() {
                     out.push(CoordCommand::Bind {
@@ -478,7 +566,7 @@ impl Coordinator {
                         pods,
                     });
                 }
-                out.push(report(txn, TxnOutcome::Committed, a.reason));
+                out.push(report(txn, TxnOutcome::Committed, reason));
             }
             TxnDecision::Abort => {
                 let reason = match a.phase {
@@ -531,10 +619,11 @@ impl Coordinator {
             }
             Phase::Preparing if due => {
                 for s in a.asked.difference(&a.prepared) {
-                    out.push(prepare_command(txn, self.shard, a, *s));
+                    out.push(prepare_command(txn, (self.shard, self.epoch), a, *s));
                 }
                 self.touch(txn);
             }
+            Phase::Committed if due => self.ask_for_missing_placements(txn, out),
             Phase::Deciding(d) if due && a.decide_attempts >= self.config.max_decide_attempts => {
                 let reason = format!(
                     "decision {d:?} unanswered after {} proposals; recovery finishes it",
@@ -551,6 +640,37 @@ impl Coordinator {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A logged commit waits for the placements of parts that did not answer: their
+    /// prepares are resent, and after `max_decide_attempts` it is given up (`Unfinished`);
+    /// the shards' owners bind the ledger's assumed placements (reconcile).
+    fn ask_for_missing_placements(&mut self, txn: &TxnId, out: &mut Vec<CoordCommand>) {
+        let (now, max) = (self.now_ms, self.config.max_decide_attempts);
+        let Some(a) = self.active.get(txn) else {
+            return;
+        };
+        let missing: Vec<ShardId> = a
+            .parts
+            .keys()
+            .filter(|s| !a.reserved.contains_key(s))
+            .copied()
+            .collect();
+        if a.decide_attempts >= max {
+            let reason = format!(
+                "commit logged, but shards {missing:?} never said where they reserved; their owners bind it"
+            );
+            self.active.remove(txn);
+            out.push(report(txn, TxnOutcome::Unfinished, reason));
+            return;
+        }
+        for s in missing {
+            out.push(prepare_command(txn, (self.shard, self.epoch), a, s));
+        }
+        if let Some(a) = self.active.get_mut(txn) {
+            a.decide_attempts += 1;
+            a.last_sent_ms = now;
         }
     }
 
@@ -611,6 +731,7 @@ impl Coordinator {
                         phase: Phase::Beginning,
                         asked: BTreeSet::new(),
                         prepared: BTreeSet::new(),
+                        committer: None,
                         last_sent_ms: self.now_ms,
                         decide_attempts: 0,
                         reason: String::new(),
@@ -638,7 +759,12 @@ fn one_owner_run(pending: &[ShardId], owners: &BTreeMap<ShardId, ReplicaId>) -> 
         .collect()
 }
 
-fn prepare_command(txn: &TxnId, coordinator: ShardId, a: &Active, shard: ShardId) -> CoordCommand {
+fn prepare_command(
+    txn: &TxnId,
+    (coordinator, epoch): (ShardId, Epoch),
+    a: &Active,
+    shard: ShardId,
+) -> CoordCommand {
     CoordCommand::SendPrepare {
         shard,
         prepare: Prepare {
@@ -647,6 +773,7 @@ fn prepare_command(txn: &TxnId, coordinator: ShardId, a: &Active, shard: ShardId
             gang: a.gang.clone(),
             placements: a.parts.get(&shard).cloned().unwrap_or_default(),
             deadline_ms: a.deadline_ms,
+            commit_at: (a.committer == Some(shard)).then_some(epoch),
         },
     }
 }

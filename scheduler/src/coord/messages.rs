@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use phalanx_statestore::ledger::{ReplicaId, ShardId, TxnDecision, TxnId};
+use phalanx_statestore::ledger::{Epoch, ReplicaId, ShardId, TxnDecision, TxnId};
 use phalanx_statestore::{GangDecision, LedgerCommand, LedgerResponse, PodPlacement, Refusal};
 
 /// A request to place a gang across shards.
@@ -61,6 +61,11 @@ pub enum PrepareReply {
     Prepared {
         /// One placement per pod of the part, as reserved.
         placements: Vec<PodPlacement>,
+        /// The participant was asked to log the commit behind its reservation
+        /// ([`Prepare::commit_at`]) and the ledger applied it: the transaction is
+        /// committed, and the coordinator proposes no decision of its own. `false` says
+        /// only that this participant did not log it.
+        committed: bool,
     },
     /// It will not reserve, and why.
     Refused(String),
@@ -190,6 +195,15 @@ pub struct Prepare {
     pub placements: Vec<PodPlacement>,
     /// The transaction's deadline.
     pub deadline_ms: u64,
+    /// Set on the participant asked last (ascending order: the last shard of the last run
+    /// of shards with one owner, once every participant before the run is prepared): the
+    /// coordinator's epoch, at which this participant proposes the coordinator's `TxnDecide(Commit)`
+    /// right behind its own `TxnReserve`, in the same proposal. The ledger alone judges
+    /// it: it commits only if every participant's reservation is in the log by then and
+    /// the coordinator still owns its shard at that epoch, and a decision once logged is
+    /// final, so a refused or racing commit changes nothing and the coordinator decides
+    /// as before. A gang then costs no proposal for its decision.
+    pub commit_at: Option<Epoch>,
 }
 
 /// What a participant reacts to.
@@ -206,11 +220,11 @@ pub enum ParticipantEvent {
         result: Result<Vec<PodPlacement>, String>,
     },
     /// The ledger applied (or refused) this participant's `TxnReserve`
-    /// (see [`reserve_result`]).
+    /// (see [`reserve_result`]) or the commit it logged behind it ([`decide_result`]).
     LedgerApplied {
         /// Transaction.
         txn: TxnId,
-        /// `Reserved` or `RefusedReserve`.
+        /// `Reserved` or `RefusedReserve`; `Decided` or `DecideRefused`.
         result: LedgerResult,
     },
     /// The coordinator's decision.
@@ -240,7 +254,9 @@ pub enum ParticipantCommand {
         /// The pods, each with the coordinator's hinted node.
         wanted: Vec<PodPlacement>,
     },
-    /// Propose `TxnReserve` and feed back the result as `ParticipantEvent::LedgerApplied`.
+    /// Propose `TxnReserve` (and, behind it, the coordinator's `TxnDecide(Commit)` when
+    /// asked to: [`Prepare::commit_at`]) and feed back each result as
+    /// `ParticipantEvent::LedgerApplied`.
     ProposeToLedger(LedgerCommand),
     /// Answer the coordinator.
     Reply {

@@ -8,9 +8,18 @@
 //!                                     │ Picked(Ok(placements))
 //!                                     ▼
 //!           Reserving ─propose TxnReserve(placements)─► Reserved ──► Prepared ─► Reply(Prepared{placements})
-//!                                                   └─► RefusedReserve ─► Refused ─► Reply(Refused)
+//!                │                                  └─► RefusedReserve ─► Refused ─► Reply(Refused)
+//!                │ asked to commit: TxnReserve, TxnDecide(Commit) in one proposal
+//!                └─► Reserved ─► Committing ─Decided(Commit)─► Prepared ─► Reply(Prepared{committed})
+//!                                     └─other answer─► Prepared ─► Reply(Prepared{not committed})
 //!  Decided / deadline + linger ─► forgotten
 //! ```
+//!
+//! The participant asked last in an ascending transaction is asked to log the
+//! coordinator's commit behind its reservation (`Prepare::commit_at`): it proposes both
+//! in one batch and answers after both are answered. Whether the commit applied is
+//! the ledger's call (every reservation in, the coordinator's epoch current); the reply
+//! says which, and the coordinator proposes the decision itself when none did.
 //!
 //! The coordinator's nodes are hints: between its plan and this prepare, this shard's owner
 //! may have filled them with its own gangs. So the participant asks the runtime to pick
@@ -27,7 +36,7 @@
 
 use std::collections::BTreeMap;
 
-use phalanx_statestore::ledger::{Epoch, ShardId, TxnId};
+use phalanx_statestore::ledger::{Epoch, ShardId, TxnDecision, TxnId};
 use phalanx_statestore::{GangPlacement, LedgerCommand, PodPlacement};
 
 use super::coordinator::CoordConfigError;
@@ -69,8 +78,12 @@ enum PartPhase {
     Picking,
     /// `TxnReserve` of these placements proposed, result unknown.
     Reserving(Vec<PodPlacement>),
-    /// Reserved in the ledger on these placements.
-    Prepared(Vec<PodPlacement>),
+    /// Reserved on these placements; the commit proposed behind the reservation is not
+    /// answered yet.
+    Committing(Vec<PodPlacement>),
+    /// Reserved in the ledger on these placements (and whether this participant logged
+    /// the commit).
+    Prepared(Vec<PodPlacement>, bool),
     Refused(String),
 }
 
@@ -146,13 +159,13 @@ impl Participant {
                 // second answer is ignored, so asking again cannot pick twice.
                 PartPhase::Picking => out.push(pick_command(&t.prepare)),
                 PartPhase::Reserving(placements) => {
-                    out.push(self.reserve_command(&t.prepare, placements))
+                    out.extend(self.reserve_commands(&t.prepare, placements))
                 }
-                PartPhase::Prepared(placements) => {
-                    let reply = PrepareReply::Prepared {
-                        placements: placements.clone(),
-                    };
-                    out.push(self.reply(&p, reply))
+                PartPhase::Committing(placements) => {
+                    out.extend(self.reserve_commands(&t.prepare, placements))
+                }
+                PartPhase::Prepared(placements, committed) => {
+                    out.push(self.reply(&p, prepared(placements, *committed)))
                 }
                 PartPhase::Refused(r) => out.push(self.reply(&p, PrepareReply::Refused(r.clone()))),
             }
@@ -205,17 +218,17 @@ impl Participant {
             return;
         }
         let result = result.and_then(|picked| self.covers_the_part(&t.prepare, picked));
-        let (phase, command) = match result {
+        let (phase, commands) = match result {
             Ok(placements) => (
                 PartPhase::Reserving(placements.clone()),
-                self.reserve_command(&t.prepare, &placements),
+                self.reserve_commands(&t.prepare, &placements),
             ),
             Err(reason) => (
                 PartPhase::Refused(reason.clone()),
-                self.reply(&t.prepare, PrepareReply::Refused(reason)),
+                vec![self.reply(&t.prepare, PrepareReply::Refused(reason))],
             ),
         };
-        out.push(command);
+        out.extend(commands);
         if let Some(t) = self.txns.get_mut(txn) {
             t.phase = phase;
         }
@@ -242,34 +255,56 @@ impl Participant {
         }
     }
 
+    /// The answer to the reservation, or to the commit proposed behind it. With a commit
+    /// behind it, the reply waits for the commit's answer, which comes from the same
+    /// proposal.
     fn on_ledger(&mut self, txn: &TxnId, result: LedgerResult, out: &mut Vec<ParticipantCommand>) {
         let Some(t) = self.txns.get(txn) else {
             return;
         };
-        let PartPhase::Reserving(placements) = &t.phase else {
-            return;
-        };
-        let (phase, reply) = match result {
-            LedgerResult::Reserved { .. } => (
-                PartPhase::Prepared(placements.clone()),
-                PrepareReply::Prepared {
-                    placements: placements.clone(),
-                },
-            ),
-            LedgerResult::RefusedReserve { reason, .. } => {
-                let r = reason.to_string();
-                (PartPhase::Refused(r.clone()), PrepareReply::Refused(r))
+        let commits = t.prepare.commit_at.is_some();
+        let (phase, reply) = match (&t.phase, result) {
+            (PartPhase::Reserving(placements), LedgerResult::Reserved { .. }) if commits => {
+                (PartPhase::Committing(placements.clone()), None)
             }
+            (PartPhase::Reserving(placements), LedgerResult::Reserved { .. }) => (
+                PartPhase::Prepared(placements.clone(), false),
+                Some(prepared(placements, false)),
+            ),
+            (PartPhase::Reserving(_), LedgerResult::RefusedReserve { reason, .. }) => {
+                let r = reason.to_string();
+                (
+                    PartPhase::Refused(r.clone()),
+                    Some(PrepareReply::Refused(r)),
+                )
+            }
+            (PartPhase::Committing(placements), LedgerResult::Decided(d)) => {
+                let committed = d == TxnDecision::Commit;
+                (
+                    PartPhase::Prepared(placements.clone(), committed),
+                    Some(prepared(placements, committed)),
+                )
+            }
+            (PartPhase::Committing(placements), LedgerResult::DecideRefused(_)) => (
+                PartPhase::Prepared(placements.clone(), false),
+                Some(prepared(placements, false)),
+            ),
             _ => return,
         };
-        out.push(self.reply(&t.prepare, reply));
+        out.extend(reply.map(|r| self.reply(&t.prepare, r)));
         if let Some(t) = self.txns.get_mut(txn) {
             t.phase = phase;
         }
     }
 
-    fn reserve_command(&self, p: &Prepare, placements: &[PodPlacement]) -> ParticipantCommand {
-        ParticipantCommand::ProposeToLedger(LedgerCommand::TxnReserve {
+    /// `TxnReserve` of `placements`, and the coordinator's commit behind it when this
+    /// participant was asked to log it.
+    fn reserve_commands(
+        &self,
+        p: &Prepare,
+        placements: &[PodPlacement],
+    ) -> Vec<ParticipantCommand> {
+        let reserve = LedgerCommand::TxnReserve {
             txn: p.txn.clone(),
             shard: self.shard,
             epoch: self.epoch,
@@ -277,7 +312,17 @@ impl Participant {
                 gang: p.gang.clone(),
                 pods: placements.to_vec(),
             },
-        })
+        };
+        let commit = p.commit_at.map(|epoch| LedgerCommand::TxnDecide {
+            txn: p.txn.clone(),
+            shard: p.coordinator,
+            epoch,
+            decision: TxnDecision::Commit,
+        });
+        std::iter::once(reserve)
+            .chain(commit)
+            .map(ParticipantCommand::ProposeToLedger)
+            .collect()
     }
 
     fn reply(&self, p: &Prepare, reply: PrepareReply) -> ParticipantCommand {
@@ -287,6 +332,13 @@ impl Participant {
             shard: self.shard,
             reply,
         }
+    }
+}
+
+fn prepared(placements: &[PodPlacement], committed: bool) -> PrepareReply {
+    PrepareReply::Prepared {
+        placements: placements.to_vec(),
+        committed,
     }
 }
 

@@ -342,6 +342,9 @@ enum AskedFor {
     Decide(TxnDecision),
     /// A participant's `TxnReserve` of these pods.
     Reserve(Vec<PodPlacement>),
+    /// The coordinator's `TxnDecide(Commit)`, logged by its last participant behind its
+    /// reservation.
+    CommitBehindReserve,
 }
 
 impl Asked {
@@ -366,10 +369,18 @@ impl Asked {
         })
     }
 
-    /// A participant's proposal: `TxnReserve`; `None` (dropped) for any other.
+    /// A participant's proposal: `TxnReserve`, or the commit it logs behind it; `None`
+    /// (dropped) for any other.
     fn of_participant(machine: Machine, cmd: LedgerCommand) -> Option<Self> {
-        let (txn, pods) = match &cmd {
-            LedgerCommand::TxnReserve { txn, gang, .. } => (txn.clone(), gang.pods.clone()),
+        let (txn, what) = match &cmd {
+            LedgerCommand::TxnReserve { txn, gang, .. } => {
+                (txn.clone(), AskedFor::Reserve(gang.pods.clone()))
+            }
+            LedgerCommand::TxnDecide {
+                txn,
+                decision: TxnDecision::Commit,
+                ..
+            } => (txn.clone(), AskedFor::CommitBehindReserve),
             other => {
                 tracing::warn!(command = ?other, "a participant asked for a command it never proposes; dropped");
                 return None;
@@ -378,7 +389,7 @@ impl Asked {
         Some(Self {
             machine,
             txn,
-            what: AskedFor::Reserve(pods),
+            what,
             cmd: Some(cmd),
         })
     }
@@ -391,6 +402,16 @@ impl Asked {
         let result = match self.what {
             AskedFor::Begin => begin_result(r),
             AskedFor::Decide(d) => decide_result(d, r),
+            AskedFor::CommitBehindReserve => {
+                let result = decide_result(TxnDecision::Commit, r);
+                let event = ParticipantEvent::LedgerApplied { txn, result };
+                return Work::ToPart {
+                    to,
+                    shard,
+                    epoch,
+                    event,
+                };
+            }
             AskedFor::Reserve(pods) => {
                 let result = reserve_result(shard, r);
                 if let Some(view) = view.as_mut() {

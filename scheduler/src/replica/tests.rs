@@ -266,7 +266,13 @@ fn a_cross_shard_gang_is_begun_prepared_reserved_committed_and_bound_through_the
     assert_eq!(proposed[0], (1, "TxnBegin"));
     assert!(proposed.contains(&(1, "TxnReserve")), "{proposed:?}");
     assert!(proposed.contains(&(2, "TxnReserve")), "{proposed:?}");
-    assert_eq!(proposed.last(), Some(&(1, "TxnDecide(commit)")));
+    // Shard 1 is asked last, so its owner logs the commit behind its reservation; the
+    // coordinator's replica proposes no decision.
+    assert_eq!(proposed.last(), Some(&(2, "TxnDecide(commit)")));
+    assert!(
+        !proposed.contains(&(1, "TxnDecide(commit)")),
+        "{proposed:?}"
+    );
     assert_eq!(
         w.sent,
         vec![(1, 2, "Prepare"), (2, 1, "Reply"), (1, 2, "Decide")]
@@ -320,9 +326,10 @@ fn the_proposals_of_transactions_in_the_same_phase_go_as_one_batch_per_replica()
     work.extend(w.start_gang("h", &[("h-0", "a2"), ("h-1", "b1")], 2));
     pump(&mut w, work, 1_000).expect("finishes");
     assert_eq!(w.binds.len(), 2, "both committed: {:?}", w.reports);
-    // Two begins (replica 1), then each replica's two reserves, then two decisions: one
-    // ledger entry each, where each of the eight commands was one before.
-    assert_eq!(w.batches, vec![(1, 2), (1, 2), (2, 2), (1, 2)]);
+    // Two begins (replica 1), then each replica's two reserves, replica 2's with the
+    // commits behind them (its shard is asked last): one ledger entry each, where each
+    // of the eight commands was one before, and no entry for the decisions.
+    assert_eq!(w.batches, vec![(1, 2), (1, 2), (2, 4)]);
     assert_eq!(w.proposals.len(), 8);
     assert!(
         states(&w)
@@ -363,8 +370,8 @@ fn the_begins_of_a_round_ride_in_the_proposal_of_its_own_gangs_and_the_pump_goes
     assert_eq!(work.len(), 2, "one answer per begin: {work:?}");
     pump(&mut w, work, 1_000).expect("finishes");
     assert_eq!(w.binds.len(), 2, "both committed: {:?}", w.reports);
-    // The pump proposed no begin of its own: reserves, then decisions.
-    assert_eq!(w.batches, vec![(1, 3), (1, 2), (2, 2), (1, 2)]);
+    // The pump proposed no begin of its own: reserves, the last with the commits behind.
+    assert_eq!(w.batches, vec![(1, 3), (1, 2), (2, 4)]);
 }
 
 #[test]
@@ -529,8 +536,9 @@ fn a_refusal_answered_between_reserves_does_not_split_them_into_more_batches() {
         .collect();
     assert_eq!(aborted.len(), 1, "k aborted: {:?}", w.reports);
     // Shards are prepared in ascending order, so the phases are: the begins; shard 0's
-    // reserves, with k's abort; shard 1's reserves (replica 2); the commits. One batch
-    // each per replica, however the refusal interleaved with the reserves in the queue.
-    assert_eq!(w.batches, vec![(1, 3), (1, 3), (2, 2), (1, 2)]);
+    // reserves, with k's abort; shard 1's reserves (replica 2), each with its commit
+    // behind it. One batch each per replica, however the refusal interleaved with the
+    // reserves in the queue.
+    assert_eq!(w.batches, vec![(1, 3), (1, 3), (2, 4)]);
     assert_eq!(w.proposals.len(), 10);
 }

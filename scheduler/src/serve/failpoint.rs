@@ -3,7 +3,10 @@
 //! `phalanx-chaos`'s `coordinator-crash` fault kills a replica while it coordinates a
 //! cross-shard gang, at a chosen step: after the participants reserved (before the
 //! decision is logged), after the decision is logged (before any bind), or at the bind
-//! (the engine handed the committed gang over). A SIGKILL from outside cannot aim at such
+//! (the engine handed the committed gang over). When the last participant logs the
+//! commit behind its reservation (`coord::Prepare::commit_at`), the first two are where
+//! the coordinator asks it (every other participant reserved) and where the coordinator
+//! learns from its reply that the commit is logged. A SIGKILL from outside cannot aim at such
 //! a step; the replica must stop there itself.
 //!
 //! Off unless the process starts with `PHALANX_CHAOS_FAILPOINTS=1`: only then does
@@ -22,9 +25,11 @@ pub const CRASH_EXIT_CODE: i32 = 86;
 /// A step of the coordinator of a cross-shard gang where the replica may be stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashPoint {
-    /// Every participant reserved; the commit decision not proposed yet.
+    /// Every participant reserved, the commit decision not proposed yet; or, the last
+    /// participant logging it, every other one reserved and the last being asked.
     AfterReservations,
-    /// The commit decision logged in the ledger; nothing bound.
+    /// The commit decision logged in the ledger (by the coordinator, or by the last
+    /// participant, whose reply just arrived); nothing bound.
     AfterDecision,
     /// The committed gang handed to the bind step; nothing bound.
     BeforeBind,

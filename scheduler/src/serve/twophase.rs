@@ -44,7 +44,7 @@ use crate::coord::service::{
 };
 use crate::coord::{
     CoordCommand, CoordConfig, CoordEvent, Coordinator, Participant, ParticipantCommand,
-    ParticipantConfig, ParticipantEvent, TxnOutcome, recovered_txns,
+    ParticipantConfig, ParticipantEvent, PrepareReply, TxnOutcome, recovered_txns,
 };
 use crate::framework::{GangPlacement, SchedulerConf};
 use crate::ledger::LedgerBackend;
@@ -402,6 +402,18 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
         epoch: Epoch,
         event: CoordEvent,
     ) -> Option<Vec<CoordCommand>> {
+        if let CoordEvent::ParticipantReply {
+            txn,
+            reply: PrepareReply::Prepared {
+                committed: true, ..
+            },
+            ..
+        } = &event
+        {
+            // The last participant logged the commit behind its reservation: this is
+            // where the coordinator learns the decision is in the ledger.
+            failpoint::hit(CrashPoint::AfterDecision, txn);
+        }
         let mut coords = lock(&self.tp.coords);
         let c = coords.get_mut(&shard).filter(|c| c.epoch() == epoch)?;
         (to == self.tp.id).then(|| c.step(event))
@@ -427,23 +439,28 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
     }
 
     /// One ledger batch for the transactions that reached a phase together; the crash
-    /// failpoints fire around a batch that carries a commit decision, as around one.
+    /// failpoints fire around a batch that carries the commit of a transaction this
+    /// replica coordinates (its own decision, or the one its participant logs behind the
+    /// last reservation), as around one.
     fn propose_batch(
         &mut self,
         _by: ReplicaId,
         cmds: Vec<LedgerCommand>,
     ) -> Option<Vec<LedgerResponse>> {
-        let commits: Vec<TxnId> = cmds
-            .iter()
-            .filter_map(|c| match c {
-                LedgerCommand::TxnDecide {
-                    txn,
-                    decision: TxnDecision::Commit,
-                    ..
-                } => Some(txn.clone()),
-                _ => None,
-            })
-            .collect();
+        let commits: Vec<TxnId> = {
+            let coords = lock(&self.tp.coords);
+            cmds.iter()
+                .filter_map(|c| match c {
+                    LedgerCommand::TxnDecide {
+                        txn,
+                        shard,
+                        decision: TxnDecision::Commit,
+                        ..
+                    } if coords.contains_key(shard) => Some(txn.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
         for txn in &commits {
             failpoint::hit(CrashPoint::AfterReservations, txn);
         }
@@ -476,6 +493,20 @@ impl PumpDriver for ServeDriver<'_, '_, '_> {
             .shards
             .get(&shard)
             .map(|o| (o.owner, o.epoch))
+    }
+
+    /// The coordinator asking its last participant for the reservation and the commit
+    /// behind it is where every other participant is reserved and the commit is not yet
+    /// logged: the "after-reservations" failpoint when the coordinator does not propose
+    /// the commit itself (a resend of that prepare, the first answer lost, may find the
+    /// commit logged already; recovery finishes either).
+    fn admit_coord_command(&mut self, _from: ReplicaId, cmd: &CoordCommand) -> bool {
+        if let CoordCommand::SendPrepare { prepare, .. } = cmd
+            && prepare.commit_at.is_some()
+        {
+            failpoint::hit(CrashPoint::AfterReservations, &prepare.txn);
+        }
+        true
     }
 
     fn send(&mut self, _from: ReplicaId, to: ReplicaId, m: CoordMessage, _: &mut VecDeque<Work>) {

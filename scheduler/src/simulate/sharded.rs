@@ -111,7 +111,9 @@ impl ShardOptions {
 /// Where in a cross-shard transaction a replica is killed (once, the first time it happens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxnFault {
-    /// The coordinator's replica, once every participant reserved, before the decision.
+    /// The coordinator's replica, once every participant reserved, before the decision;
+    /// or, the last participant logging the commit, once every other one reserved, as it
+    /// asks the last (the prepare is not sent).
     CoordinatorAfterReservations,
     /// The coordinator's replica, once the commit is logged, before binding.
     CoordinatorAfterCommit,
@@ -1038,6 +1040,12 @@ impl ShardRuntime {
                     ..
                 }),
             ) => "killed after every reservation, before the decision (txn fault)",
+            (
+                Some(TxnFault::CoordinatorAfterReservations),
+                CoordCommand::SendPrepare { prepare, .. },
+            ) if prepare.commit_at.is_some() => {
+                "killed after every reservation but the last, before asking it for the commit (txn fault)"
+            }
             (Some(TxnFault::CoordinatorAfterCommit), CoordCommand::Bind { .. }) => {
                 "killed after the commit was logged, before binding (txn fault)"
             }

@@ -584,17 +584,20 @@ fn txn_reserve(
         .txns
         .get(txn)
         .ok_or_else(|| Refusal::UnknownTxn { txn: txn.clone() })?;
+    if t.prepared.contains(&shard) {
+        return Err(already_reserved(
+            state,
+            txn,
+            shard,
+            gang,
+            t.decision.is_some(),
+        ));
+    }
     if t.decision.is_some() {
         return Err(Refusal::TxnAlreadyDecided { txn: txn.clone() });
     }
     if !t.participants.contains(&shard) {
         return Err(Refusal::TxnNotParticipant {
-            txn: txn.clone(),
-            shard,
-        });
-    }
-    if t.prepared.contains(&shard) {
-        return Err(Refusal::TxnAlreadyReserved {
             txn: txn.clone(),
             shard,
         });
@@ -618,6 +621,37 @@ fn txn_reserve(
         gang: gang.gang.clone(),
         decision,
     }]))
+}
+
+/// The answer to a reservation of a shard that already reserved. The same placements
+/// again (a resend whose answer was lost) are told they landed, also once the decision
+/// followed them (the coordinator's commit, or one logged behind the last reservation).
+/// Other nodes (another pick: a new owner's, or a restarted one's) are refused naming a
+/// pod and where the ledger holds it, since the coordinator binds what the participant's
+/// reply names; after an abort nothing is held, so that is `TxnAlreadyDecided`.
+fn already_reserved(
+    state: &LedgerState,
+    txn: &TxnId,
+    shard: ShardId,
+    gang: &GangPlacement,
+    decided: bool,
+) -> Refusal {
+    let elsewhere = gang
+        .pods
+        .iter()
+        .find_map(|p| match state.placements.get(&p.pod) {
+            Some(held) if held.shard == shard && held.node == p.node => None,
+            held => Some((p.pod.clone(), held.map(|h| h.node.clone()))),
+        });
+    match elsewhere {
+        None => Refusal::TxnAlreadyReserved {
+            txn: txn.clone(),
+            shard,
+        },
+        Some((pod, Some(node))) => Refusal::PodAlreadyPlaced { pod, node },
+        Some(_) if decided => Refusal::TxnAlreadyDecided { txn: txn.clone() },
+        Some((pod, None)) => Refusal::UnknownPod { pod },
+    }
 }
 
 fn txn_decide(

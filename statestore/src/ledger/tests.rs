@@ -441,6 +441,30 @@ fn cross_shard_txn_commits_only_after_every_participant_reserved() {
     assert_eq!(s.placements["ns/a"].state, PlacementState::Assumed);
     assert_eq!(s.placements["ns/b"].state, PlacementState::Assumed);
     assert!(check_all(&s).is_empty());
+    // A participant resending a reservation whose answer it lost learns that it landed,
+    // also after the commit: already reserved is answered before already decided.
+    let before = s.clone();
+    assert!(matches!(
+        apply(
+            &mut s,
+            &reserve("t1", 2, pod("ns/b", "cpu-1", &[("cpu", 100)]))
+        ),
+        LedgerResponse::Refused(Refusal::TxnAlreadyReserved { shard: 2, .. })
+    ));
+    assert_eq!(s, before, "the resend changes nothing");
+    // Another pick of the same shard (a new owner's) is not told it landed: the
+    // coordinator binds what the participant's reply names.
+    assert_eq!(
+        apply(
+            &mut s,
+            &reserve("t1", 2, pod("ns/b", "gpu-3", &[("cpu", 100)]))
+        ),
+        LedgerResponse::Refused(Refusal::PodAlreadyPlaced {
+            pod: "ns/b".into(),
+            node: "cpu-1".into()
+        })
+    );
+    assert_eq!(s, before);
 }
 
 #[test]

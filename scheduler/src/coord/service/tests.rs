@@ -39,6 +39,9 @@ fn prepare_msg(route: Route) -> CoordMessage {
             gang: "ns/g".into(),
             placements: vec![pod("ns/p0", "n5", 2), pod("ns/p1", "n6", 1)],
             deadline_ms: 5_000,
+            // Asked to log the commit: on the wire a flag, the epoch being the
+            // coordinator's.
+            commit_at: Some(4),
         },
     }
 }
@@ -54,6 +57,7 @@ fn every_message() -> Vec<CoordMessage> {
             participant_epoch: 3,
             reply: PrepareReply::Prepared {
                 placements: vec![pod("ns/p0", "n9", 1)],
+                committed: true,
             },
         },
         CoordMessage::Reply {
@@ -126,6 +130,7 @@ fn a_delivered_message_is_the_event_of_the_state_machine_it_addresses() {
                 shard: 2,
                 reply: PrepareReply::Prepared {
                     placements: vec![pod("ns/p0", "n9", 1)],
+                    committed: true,
                 },
             },
         }
@@ -254,6 +259,7 @@ fn a_malformed_reply_is_refused_naming_the_field() {
     let chosen = wire::placement_to_wire(&pod("ns/p0", "n9", 1));
     let mut r = reply_wire(Some(Answer::Prepared(pb::Prepared {
         placements: vec![chosen.clone()],
+        commit_logged: false,
     })));
     r.participant_epoch = 0;
     assert_eq!(err(&r), "participant_epoch: 0 (epochs start at 1)");
@@ -270,17 +276,19 @@ fn a_malformed_reply_is_refused_naming_the_field() {
     };
     assert_eq!(
         err(&reply_wire(Some(Answer::Prepared(pb::Prepared {
-            placements: vec![chosen.clone(), bad]
+            placements: vec![chosen.clone(), bad],
+            commit_logged: false,
         })))),
         "prepared.placements[1].node: empty"
     );
     // ...while well-formed chosen nodes come through as they were sent.
     let ok = wire::reply_from_wire(&reply_wire(Some(Answer::Prepared(pb::Prepared {
         placements: vec![chosen],
+        commit_logged: false,
     }))))
     .expect("well formed");
     assert!(
-        matches!(&ok, CoordMessage::Reply { reply: PrepareReply::Prepared { placements }, .. }
+        matches!(&ok, CoordMessage::Reply { reply: PrepareReply::Prepared { placements, committed: false }, .. }
             if placements == &vec![pod("ns/p0", "n9", 1)]),
         "{ok:?}"
     );

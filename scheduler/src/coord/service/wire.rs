@@ -190,6 +190,7 @@ pub fn prepare_to_wire(route: Route, coordinator_epoch: Epoch, p: &Prepare) -> p
         gang: p.gang.clone(),
         placements: p.placements.iter().map(placement_to_wire).collect(),
         deadline_ms: p.deadline_ms,
+        commit_behind_reserve: p.commit_at.is_some(),
     }
 }
 
@@ -204,11 +205,13 @@ pub fn reply_to_wire(
     let answer = match reply {
         // The nodes the participant picked in its own pool and reserved: the coordinator
         // binds these, not its hints.
-        PrepareReply::Prepared { placements } => {
-            pb::prepare_reply_request::Answer::Prepared(pb::Prepared {
-                placements: placements.iter().map(placement_to_wire).collect(),
-            })
-        }
+        PrepareReply::Prepared {
+            placements,
+            committed,
+        } => pb::prepare_reply_request::Answer::Prepared(pb::Prepared {
+            placements: placements.iter().map(placement_to_wire).collect(),
+            commit_logged: *committed,
+        }),
         PrepareReply::Refused(reason) => pb::prepare_reply_request::Answer::Refused(pb::Refused {
             reason: reason.clone(),
         }),
@@ -246,6 +249,12 @@ pub fn phase_to_wire(phase: Option<Phase>) -> pb::QueryReply {
         Some(Phase::Beginning) => (pb::TxnPhase::Beginning, pb::Decision::Unspecified),
         Some(Phase::Preparing) => (pb::TxnPhase::Preparing, pb::Decision::Unspecified),
         Some(Phase::Deciding(d)) => (pb::TxnPhase::Deciding, decision_to_wire(d)),
+        // The commit is logged, the bind waits for placements: to the one asking, a
+        // commit under way. The wire keeps the phases every version knows.
+        Some(Phase::Committed) => (
+            pb::TxnPhase::Deciding,
+            decision_to_wire(TxnDecision::Commit),
+        ),
     };
     pb::QueryReply {
         phase: phase.into(),
@@ -340,15 +349,17 @@ pub fn decision_from_wire(field: &str, raw: i32) -> Result<TxnDecision, WireErro
 
 /// A prepare from the wire.
 pub fn prepare_from_wire(r: &pb::PrepareRequest) -> Result<CoordMessage, WireError> {
+    let coordinator_epoch = epoch_from_wire("coordinator_epoch", r.coordinator_epoch)?;
     Ok(CoordMessage::Prepare {
         route: route_from_wire(r.route.as_ref())?,
-        coordinator_epoch: epoch_from_wire("coordinator_epoch", r.coordinator_epoch)?,
+        coordinator_epoch,
         prepare: Prepare {
             txn: non_empty("txn", &r.txn)?,
             coordinator: r.coordinator_shard,
             gang: non_empty("gang", &r.gang)?,
             placements: placements_from_wire("placements", &r.placements)?,
             deadline_ms: r.deadline_ms,
+            commit_at: r.commit_behind_reserve.then_some(coordinator_epoch),
         },
     })
 }
@@ -368,6 +379,7 @@ pub fn reply_from_wire(r: &pb::PrepareReplyRequest) -> Result<CoordMessage, Wire
             }
             PrepareReply::Prepared {
                 placements: placements_from_wire("prepared.placements", &p.placements)?,
+                committed: p.commit_logged,
             }
         }
         Some(pb::prepare_reply_request::Answer::Refused(f)) => {

@@ -62,6 +62,7 @@ fn ledger(txn: &str, result: LedgerResult) -> CoordEvent {
 fn prepared_on(shard: u32, node: &str) -> PrepareReply {
     PrepareReply::Prepared {
         placements: vec![pod(&format!("ns/p{shard}"), node)],
+        committed: false,
     }
 }
 
@@ -176,6 +177,176 @@ fn ascending_asks_a_run_of_consecutive_shards_with_one_owner_at_once() {
     );
 }
 
+/// Shard `shard` reserved its pod on its hint and logged the commit behind it.
+fn committed_by(shard: u32) -> PrepareReply {
+    PrepareReply::Prepared {
+        placements: vec![pod(&format!("ns/p{shard}"), &format!("n{shard}"))],
+        committed: true,
+    }
+}
+
+/// The shards prepares go to, each with the epoch it is asked to log the commit at.
+fn commit_asks(cmds: &[CoordCommand]) -> Vec<(u32, Option<u64>)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            CoordCommand::SendPrepare { shard, prepare } => Some((*shard, prepare.commit_at)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn bound(cmds: &[CoordCommand]) -> Option<Vec<PodPlacement>> {
+    cmds.iter().find_map(|c| match c {
+        CoordCommand::Bind { pods, .. } => Some(pods.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn ascending_asks_the_last_shard_of_the_last_run_and_only_it_to_log_the_commit() {
+    let mut c = coord(PrepareOrder::Ascending);
+    // Shard 1 is replica 7's, shards 2 and 3 replica 8's: the last run is 2, 3.
+    c.step(start_owned(
+        TXN,
+        &[1, 2, 3],
+        &[(1, 7), (2, 8), (3, 8)],
+        0,
+        1000,
+    ));
+    let first = c.step(ledger(TXN, LedgerResult::Begun));
+    assert_eq!(commit_asks(&first), vec![(1, None)]);
+    let last = c.step(reply(1, prepared(1)));
+    assert_eq!(commit_asks(&last), vec![(2, None), (3, Some(1))]);
+    // A resend asks the same.
+    let resent = c.step(CoordEvent::Tick { now_ms: 500 });
+    assert_eq!(commit_asks(&resent), vec![(2, None), (3, Some(1))]);
+}
+
+#[test]
+fn parallel_prepares_or_the_option_off_ask_no_participant_to_log_the_commit() {
+    let mut c = coord(PrepareOrder::Parallel);
+    c.step(start(TXN, &[1, 2], 0, 1000));
+    let cmds = c.step(ledger(TXN, LedgerResult::Begun));
+    assert_eq!(commit_asks(&cmds), vec![(1, None), (2, None)]);
+    let mut off = Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            last_participant_commits: false,
+            ..CoordConfig::default()
+        },
+    );
+    off.step(start(TXN, &[1], 0, 1000));
+    let cmds = off.step(ledger(TXN, LedgerResult::Begun));
+    assert_eq!(commit_asks(&cmds), vec![(1, None)]);
+}
+
+#[test]
+fn a_commit_logged_by_the_last_participant_binds_with_no_decision_proposed() {
+    let mut c = coord(PrepareOrder::Ascending);
+    c.step(start(TXN, &[1, 2], 0, 1000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    c.step(reply(1, prepared(1)));
+    let cmds = c.step(reply(2, committed_by(2)));
+    assert_eq!(decided(&cmds), None, "{cmds:?}");
+    assert_eq!(
+        bound(&cmds),
+        Some(vec![pod("ns/p1", "n1"), pod("ns/p2", "n2")])
+    );
+    let (o, why) = outcome(&cmds).expect("reported");
+    assert_eq!(o, TxnOutcome::Committed);
+    assert!(why.contains("shard 2 logged the commit"), "{why}");
+    let told: Vec<u32> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            CoordCommand::SendDecision {
+                shard, decision, ..
+            } => {
+                assert_eq!(*decision, TxnDecision::Commit);
+                Some(*shard)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told, vec![1, 2]);
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
+fn a_logged_commit_ahead_of_another_reply_of_its_run_waits_for_it_then_binds() {
+    let mut c = coord(PrepareOrder::Ascending);
+    c.step(start_owned(TXN, &[1, 2], &[(1, 7), (2, 7)], 0, 1000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    let early = c.step(reply(2, committed_by(2)));
+    assert_eq!((decided(&early), bound(&early)), (None, None));
+    assert_eq!(c.phase(TXN), Some(Phase::Committed));
+    // Its deadline passing aborts nothing: the ledger holds the commit.
+    let late = c.step(CoordEvent::Tick { now_ms: 1500 });
+    assert_eq!(decided(&late), None);
+    assert_eq!(
+        commit_asks(&late),
+        vec![(1, None)],
+        "the missing reply is asked for"
+    );
+    let cmds = c.step(reply(1, prepared(1)));
+    assert_eq!(
+        bound(&cmds),
+        Some(vec![pod("ns/p1", "n1"), pod("ns/p2", "n2")])
+    );
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Committed));
+}
+
+#[test]
+fn a_commit_logged_while_the_coordinator_aborted_at_its_deadline_binds_once_every_placement_is_known()
+ {
+    let mut c = coord(PrepareOrder::Ascending);
+    c.step(start(TXN, &[1, 2], 0, 1000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    c.step(reply(1, prepared(1)));
+    // Shard 2's answer is late: the deadline proposes an abort, which the ledger refuses
+    // as decided (shard 2 logged the commit first), that is, committed.
+    let cmds = c.step(CoordEvent::Tick { now_ms: 1000 });
+    assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
+    let refused = decide_result(
+        TxnDecision::Abort,
+        &LedgerResponse::Refused(Refusal::TxnAlreadyDecided { txn: TXN.into() }),
+    );
+    let cmds = c.step(ledger(TXN, refused));
+    assert_eq!(bound(&cmds), None, "shard 2's nodes are not known yet");
+    assert_eq!(c.phase(TXN), Some(Phase::Committed));
+    let cmds = c.step(reply(2, committed_by(2)));
+    assert_eq!(
+        bound(&cmds),
+        Some(vec![pod("ns/p1", "n1"), pod("ns/p2", "n2")])
+    );
+    assert_eq!(outcome(&cmds).map(|o| o.0), Some(TxnOutcome::Committed));
+}
+
+#[test]
+fn a_logged_commit_whose_missing_reply_never_comes_is_given_up_as_unfinished() {
+    let mut c = Coordinator::new(
+        0,
+        1,
+        CoordConfig {
+            max_decide_attempts: 2,
+            ..CoordConfig::default()
+        },
+    );
+    c.step(start_owned(TXN, &[1, 2], &[(1, 7), (2, 7)], 0, 100_000));
+    c.step(ledger(TXN, LedgerResult::Begun));
+    c.step(reply(2, committed_by(2)));
+    for now in [200, 400] {
+        let cmds = c.step(CoordEvent::Tick { now_ms: now });
+        assert_eq!(prepared_to(&cmds), vec![1]);
+    }
+    let cmds = c.step(CoordEvent::Tick { now_ms: 600 });
+    let (o, why) = outcome(&cmds).expect("reported");
+    assert_eq!(o, TxnOutcome::Unfinished);
+    assert!(why.contains("shards [1]"), "{why}");
+    assert_eq!(bound(&cmds), None);
+    assert_eq!(c.in_flight(), 0);
+}
+
 #[test]
 fn every_participant_prepared_proposes_commit() {
     let mut c = preparing(PrepareOrder::Parallel);
@@ -234,6 +405,7 @@ fn a_prepared_reply_naming_other_pods_than_the_part_aborts_naming_them() {
     let mut c = preparing(PrepareOrder::Parallel);
     let wrong = PrepareReply::Prepared {
         placements: vec![pod("ns/p1", "n1"), pod("ns/extra", "n1")],
+        committed: false,
     };
     let cmds = c.step(reply(1, wrong));
     assert_eq!(decided(&cmds), Some(TxnDecision::Abort));
@@ -590,6 +762,7 @@ fn prepare(txn: &str, deadline_ms: u64) -> Prepare {
         gang: "ns/g".into(),
         placements: vec![pod("ns/p1", "n1")],
         deadline_ms,
+        commit_at: None,
     }
 }
 
@@ -721,7 +894,8 @@ fn a_reservation_accepted_by_the_ledger_replies_prepared_naming_the_picked_nodes
             txn: TXN.into(),
             shard: 1,
             reply: PrepareReply::Prepared {
-                placements: vec![pod("ns/p1", "n4")]
+                placements: vec![pod("ns/p1", "n4")],
+                committed: false,
             }
         }]
     );
@@ -748,6 +922,108 @@ fn a_reservation_refused_by_the_ledger_replies_refused_with_its_reason() {
             "shard 1: stale epoch 3, current is 4".into()
         ))
     );
+}
+
+fn decide_answer(response: LedgerResponse) -> ParticipantEvent {
+    ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result: decide_result(TxnDecision::Commit, &response),
+    }
+}
+
+/// A participant asked to log the commit (coordinator 0 at epoch 5), its pick made.
+fn asked_to_commit() -> (Participant, Vec<ParticipantCommand>) {
+    let mut p = Participant::new(1, 3, ParticipantConfig::default());
+    let mut asked = prepare(TXN, 100);
+    asked.commit_at = Some(5);
+    p.step(ParticipantEvent::Prepare(asked));
+    let cmds = p.step(picked(TXN, Ok(vec![pod("ns/p1", "n4")])));
+    (p, cmds)
+}
+
+#[test]
+fn asked_to_commit_a_participant_proposes_the_commit_right_behind_its_reservation() {
+    let (_, cmds) = asked_to_commit();
+    let proposed: Vec<&LedgerCommand> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            ParticipantCommand::ProposeToLedger(cmd) => Some(cmd),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(proposed.len(), 2, "{cmds:?}");
+    assert!(matches!(
+        proposed[0],
+        LedgerCommand::TxnReserve {
+            shard: 1,
+            epoch: 3,
+            ..
+        }
+    ));
+    assert_eq!(
+        proposed[1],
+        &LedgerCommand::TxnDecide {
+            txn: TXN.into(),
+            shard: 0,
+            epoch: 5,
+            decision: TxnDecision::Commit,
+        },
+        "the coordinator's shard and epoch, not the participant's"
+    );
+}
+
+#[test]
+fn asked_to_commit_a_participant_replies_after_the_commits_answer_saying_whether_it_applied() {
+    let applied = decide_answer(LedgerResponse::Applied);
+    let not_all = decide_answer(LedgerResponse::Refused(Refusal::TxnNotAllPrepared {
+        txn: TXN.into(),
+        missing: vec![2],
+    }));
+    for (answer, committed) in [(applied, true), (not_all, false)] {
+        let (mut p, _) = asked_to_commit();
+        let reserved = p.step(ParticipantEvent::LedgerApplied {
+            txn: TXN.into(),
+            result: accepted(),
+        });
+        assert_eq!(
+            part_reply(&reserved),
+            None,
+            "it waits for the commit's answer"
+        );
+        let cmds = p.step(answer);
+        let want = PrepareReply::Prepared {
+            placements: vec![pod("ns/p1", "n4")],
+            committed,
+        };
+        assert_eq!(part_reply(&cmds), Some(want.clone()));
+        // A resent prepare repeats the answer.
+        let mut again = prepare(TXN, 100);
+        again.commit_at = Some(5);
+        let cmds = p.step(ParticipantEvent::Prepare(again));
+        assert_eq!(part_reply(&cmds), Some(want));
+    }
+}
+
+#[test]
+fn asked_to_commit_a_refused_reservation_replies_refused_whatever_the_commit_answers() {
+    let (mut p, _) = asked_to_commit();
+    let r = Refusal::StaleEpoch {
+        shard: 1,
+        proposed: 3,
+        current: 4,
+    };
+    let cmds = p.step(ParticipantEvent::LedgerApplied {
+        txn: TXN.into(),
+        result: reserve_result(1, &LedgerResponse::Refused(r)),
+    });
+    assert_eq!(
+        part_reply(&cmds),
+        Some(PrepareReply::Refused(
+            "shard 1: stale epoch 3, current is 4".into()
+        ))
+    );
+    let cmds = p.step(decide_answer(LedgerResponse::Applied));
+    assert!(cmds.is_empty(), "{cmds:?}");
 }
 
 #[test]
@@ -795,7 +1071,8 @@ fn a_repeated_prepare_after_the_pick_does_not_pick_again_it_reproposes_or_repeat
     assert_eq!(
         part_reply(&third),
         Some(PrepareReply::Prepared {
-            placements: vec![pod("ns/p1", "n4")]
+            placements: vec![pod("ns/p1", "n4")],
+            committed: false,
         })
     );
 }
