@@ -6,11 +6,15 @@
 //! fifth of a cycle at 1000 QPS: two writes per gang against one bind per pod). Then one
 //! batch ran in the background, and the next cycle waited for it before handing over its
 //! own. Now [`KubeCluster::report_in_background`] puts a batch on a queue and returns at
-//! once: one task writes the batches in the order they came (a PodGroup's statuses land in
-//! the order they were decided), and when several wait it writes them as one, each
-//! PodGroup's last status only. A bind never waits for a report: reports have their own
+//! once: one task writes what is queued, and what is queued while it writes waits as one
+//! backlog, merged as it comes in: each PodGroup's last status only (where its first one
+//! stood), and each object's last Event of each reason. So the backlog is bounded by the
+//! PodGroups and reasons there are, not by how many cycles ran while writes were behind:
+//! it was a queue of whole batches, which at 10,000 pending PodGroups and a throttled
+//! client grew with every cycle. A bind never waits for a report: reports have their own
 //! bucket and their own task, and the loop that feeds the binds never waits for them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +23,7 @@ use ::kube::core::{ApiResource, DynamicObject};
 use ::kube::runtime::reflector::{ObjectRef, Store};
 use futures::StreamExt;
 use k8s_openapi::api::events::v1 as events;
+use metrics::counter;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -29,6 +34,7 @@ use super::{KubeCluster, Overlay, TokenBucket, rv_number, status_patch};
 use crate::cluster::ClusterError;
 use crate::framework::Event;
 use crate::model::{ObjectKey, PodGroupStatus};
+use crate::observe::name as metric;
 
 /// What status and Event writes need, shared with the background batch.
 pub(super) struct Reporter {
@@ -47,31 +53,104 @@ pub(super) struct Reporter {
     pub(super) event_seq: AtomicU32,
 }
 
-/// What the reporting task is asked.
-enum Report {
-    Batch(Vec<(ObjectKey, PodGroupStatus)>, Vec<Event>),
-    /// Answered once every batch queued before it is written.
-    Flush(oneshot::Sender<()>),
+/// What waits to be written, merged as it is queued.
+#[derive(Debug, Default)]
+struct Backlog {
+    /// Each PodGroup's last status, where its first one stood (a status is the whole of
+    /// it: an older one would be overwritten at once).
+    statuses: Vec<(ObjectKey, PodGroupStatus)>,
+    status_at: HashMap<ObjectKey, usize>,
+    /// Each object's last Event of each reason, where its first one stood: a condition
+    /// whose message changed every cycle while writes were behind says its latest.
+    events: Vec<Event>,
+    event_at: HashMap<(ObjectKey, String), usize>,
+    /// Answered once everything queued before them is written.
+    flushes: Vec<oneshot::Sender<()>>,
 }
 
-/// The queue of statuses and Events and the one task that writes them, in order.
+/// What one write takes from the backlog.
+type Taken = (
+    Vec<(ObjectKey, PodGroupStatus)>,
+    Vec<Event>,
+    Vec<oneshot::Sender<()>>,
+);
+
+impl Backlog {
+    /// Queues a cycle's statuses and Events; returns how many Events replaced an earlier
+    /// one of the same object and reason.
+    fn add(&mut self, statuses: Vec<(ObjectKey, PodGroupStatus)>, events: Vec<Event>) -> u64 {
+        for (key, status) in statuses {
+            match self.status_at.get(&key) {
+                Some(&i) => self.statuses[i].1 = status,
+                None => {
+                    self.status_at.insert(key.clone(), self.statuses.len());
+                    self.statuses.push((key, status));
+                }
+            }
+        }
+        let mut replaced = 0;
+        for e in events {
+            let at = (e.object.clone(), e.reason.clone());
+            match self.event_at.get(&at) {
+                Some(&i) => {
+                    self.events[i] = e;
+                    replaced += 1;
+                }
+                None => {
+                    self.event_at.insert(at, self.events.len());
+                    self.events.push(e);
+                }
+            }
+        }
+        replaced
+    }
+
+    /// Everything queued, for one write; the backlog starts over.
+    fn take(&mut self) -> Taken {
+        let taken = std::mem::take(self);
+        (taken.statuses, taken.events, taken.flushes)
+    }
+}
+
+/// The backlog of statuses and Events and the one task that writes it.
 pub(super) struct ReportQueue {
-    queue: mpsc::UnboundedSender<Report>,
-    /// Failures of the batches written since they were last taken.
+    backlog: Arc<Mutex<Backlog>>,
+    /// Wakes the task; one wakeup pending is enough, since the task takes the whole
+    /// backlog. The task ends when this is dropped.
+    wake: mpsc::Sender<()>,
+    /// Failures of the writes since they were last taken.
     failures: Arc<Mutex<Vec<ClusterError>>>,
-    _task: JoinHandle<()>,
+    task: JoinHandle<()>,
 }
 
 impl ReportQueue {
     pub(super) fn start(handle: &Handle, reporter: Arc<Reporter>) -> Self {
-        let (queue, rx) = mpsc::unbounded_channel();
+        let (wake, woken) = mpsc::channel(1);
+        let backlog = Arc::new(Mutex::new(Backlog::default()));
         let failures = Arc::new(Mutex::new(Vec::new()));
-        let task = handle.spawn(write_queued(reporter, rx, failures.clone()));
+        let task = handle.spawn(write_queued(
+            reporter,
+            backlog.clone(),
+            woken,
+            failures.clone(),
+        ));
         Self {
-            queue,
+            backlog,
+            wake,
             failures,
-            _task: task,
+            task,
         }
+    }
+
+    fn backlog(&self) -> std::sync::MutexGuard<'_, Backlog> {
+        self.backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Wakes the task unless a wakeup is pending already.
+    fn wake(&self) {
+        let _ = self.wake.try_send(());
     }
 
     fn take_failures(&self) -> Vec<ClusterError> {
@@ -84,29 +163,19 @@ impl ReportQueue {
     }
 }
 
-/// Writes the queued batches in order; what waits when one ends is written as one batch,
-/// each PodGroup's last status only (a status is the whole of it: an older one would be
-/// overwritten at once) and every Event.
+/// Writes the backlog each time it is woken: statuses first, then Events; what is queued
+/// meanwhile waits, merged, for the next write.
 async fn write_queued(
     reporter: Arc<Reporter>,
-    mut rx: mpsc::UnboundedReceiver<Report>,
+    backlog: Arc<Mutex<Backlog>>,
+    mut woken: mpsc::Receiver<()>,
     failures: Arc<Mutex<Vec<ClusterError>>>,
 ) {
-    while let Some(first) = rx.recv().await {
-        let mut statuses: Vec<(ObjectKey, PodGroupStatus)> = Vec::new();
-        let mut events = Vec::new();
-        let mut flushes = Vec::new();
-        let mut next = Some(first);
-        while let Some(report) = next.take().or_else(|| rx.try_recv().ok()) {
-            match report {
-                Report::Batch(s, e) => {
-                    statuses.extend(s);
-                    events.extend(e);
-                }
-                Report::Flush(done) => flushes.push(done),
-            }
-        }
-        let statuses = last_status_each(statuses);
+    while woken.recv().await.is_some() {
+        let (statuses, events, flushes) = backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if !statuses.is_empty() || !events.is_empty() {
             let failed = reporter.clone().write(statuses, events).await;
             failures
@@ -118,24 +187,6 @@ async fn write_queued(
             let _ = done.send(());
         }
     }
-}
-
-/// Each PodGroup's last status, where its first one stood.
-fn last_status_each(
-    statuses: Vec<(ObjectKey, PodGroupStatus)>,
-) -> Vec<(ObjectKey, PodGroupStatus)> {
-    let mut at: std::collections::HashMap<ObjectKey, usize> = std::collections::HashMap::new();
-    let mut out: Vec<(ObjectKey, PodGroupStatus)> = Vec::new();
-    for (key, status) in statuses {
-        match at.get(&key) {
-            Some(&i) => out[i].1 = status,
-            None => {
-                at.insert(key.clone(), out.len());
-                out.push((key, status));
-            }
-        }
-    }
-    out
 }
 
 impl Reporter {
@@ -258,16 +309,17 @@ impl Reporter {
 
 impl KubeCluster {
     /// Queues statuses and Events for the background task and returns at once, with the
-    /// failures of the batches written since the last call. Batches are written in the
-    /// order they were queued; [`KubeCluster::finish_reports`] waits for the queue.
+    /// failures of the writes since the last call. What waits is merged (see [`Backlog`]);
+    /// [`KubeCluster::finish_reports`] waits for it.
     pub fn report_in_background(
         &mut self,
         statuses: Vec<(ObjectKey, PodGroupStatus)>,
         events: Vec<Event>,
     ) -> Vec<ClusterError> {
         if !statuses.is_empty() || !events.is_empty() {
-            // The task ends only with the queue: a send cannot fail while `self` lives.
-            let _ = self.reporting.queue.send(Report::Batch(statuses, events));
+            let replaced = self.reporting.backlog().add(statuses, events);
+            counter!(metric::EVENTS_REPLACED).increment(replaced);
+            self.reporting.wake();
         }
         self.reporting.take_failures()
     }
@@ -285,7 +337,11 @@ impl KubeCluster {
     /// not taken yet.
     pub fn finish_reports(&mut self) -> Vec<ClusterError> {
         let (done, written) = oneshot::channel();
-        if self.reporting.queue.send(Report::Flush(done)).is_ok() {
+        self.reporting.backlog().flushes.push(done);
+        self.reporting.wake();
+        // The task answers every flush it takes and ends only with `self`, unless it
+        // panicked: then nothing would answer.
+        if !self.reporting.task.is_finished() {
             let _ = self.handle.block_on(written);
         }
         self.reporting.take_failures()
@@ -303,14 +359,66 @@ mod tests {
         }
     }
 
+    fn event(object: &ObjectKey, reason: &str, message: &str) -> Event {
+        Event {
+            object: object.clone(),
+            kind: "Warning",
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
     #[test]
     fn a_backlog_writes_each_pod_groups_last_status_where_its_first_stood() {
         let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
-        let out = last_status_each(vec![
-            (a.clone(), status(1)),
-            (b.clone(), status(1)),
-            (a.clone(), status(2)),
-        ]);
-        assert_eq!(out, vec![(a, status(2)), (b, status(1))]);
+        let mut backlog = Backlog::default();
+        backlog.add(vec![(a.clone(), status(1)), (b.clone(), status(1))], vec![]);
+        backlog.add(vec![(a.clone(), status(2))], vec![]);
+        let (statuses, events, _) = backlog.take();
+        assert_eq!(statuses, vec![(a, status(2)), (b, status(1))]);
+        assert!(events.is_empty());
+        let (statuses, events, flushes) = backlog.take();
+        assert!(
+            statuses.is_empty() && events.is_empty() && flushes.is_empty(),
+            "taken whole"
+        );
+    }
+
+    /// Named for the bug: the queue held every cycle's batch while a write was in flight,
+    /// so at 10,000 pending PodGroups and a throttled client a replica's memory grew with
+    /// every cycle.
+    #[test]
+    fn a_backlog_behind_a_slow_write_stays_as_large_as_its_pod_groups_and_reasons_not_its_cycles() {
+        let groups: Vec<ObjectKey> = (0..100)
+            .map(|i| ObjectKey::new("ns", format!("g{i}")))
+            .collect();
+        let mut backlog = Backlog::default();
+        let mut replaced = 0;
+        for cycle in 0..50 {
+            let statuses = groups.iter().map(|g| (g.clone(), status(cycle))).collect();
+            let message = format!("0/{cycle} nodes are available");
+            let mut events: Vec<Event> = groups
+                .iter()
+                .map(|g| event(g, "NotEnoughResources", &message))
+                .collect();
+            if cycle == 7 {
+                events.push(event(&groups[3], "Inqueue", "PodGroup is Inqueue"));
+            }
+            replaced += backlog.add(statuses, events);
+        }
+        let (statuses, events, _) = backlog.take();
+        assert_eq!(statuses.len(), 100);
+        assert!(statuses.iter().all(|(_, s)| *s == status(49)));
+        // Each object's last Event of each reason, in the order they first came.
+        assert_eq!(events.len(), 101);
+        assert_eq!(
+            events[0],
+            event(&groups[0], "NotEnoughResources", "0/49 nodes are available")
+        );
+        assert_eq!(
+            events[100],
+            event(&groups[3], "Inqueue", "PodGroup is Inqueue")
+        );
+        assert_eq!(replaced, 49 * 100);
     }
 }
