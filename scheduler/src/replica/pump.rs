@@ -399,19 +399,12 @@ impl Asked {
     fn answered(self, r: &LedgerResponse, view: &mut Option<PoolView>) -> Work {
         let (to, shard, epoch) = self.machine;
         let txn = self.txn;
-        let result = match self.what {
-            AskedFor::Begin => begin_result(r),
-            AskedFor::Decide(d) => decide_result(d, r),
-            AskedFor::CommitBehindReserve => {
-                let result = decide_result(TxnDecision::Commit, r);
-                let event = ParticipantEvent::LedgerApplied { txn, result };
-                return Work::ToPart {
-                    to,
-                    shard,
-                    epoch,
-                    event,
-                };
-            }
+        // Whose answer it is: a participant's (its reservation, or the commit behind it)
+        // or a coordinator's.
+        let (result, to_participant) = match self.what {
+            AskedFor::Begin => (begin_result(r), false),
+            AskedFor::Decide(d) => (decide_result(d, r), false),
+            AskedFor::CommitBehindReserve => (decide_result(TxnDecision::Commit, r), true),
             AskedFor::Reserve(pods) => {
                 let result = reserve_result(shard, r);
                 if let Some(view) = view.as_mut() {
@@ -421,17 +414,20 @@ impl Asked {
                         _ => {}
                     }
                 }
-                let event = ParticipantEvent::LedgerApplied { txn, result };
-                return Work::ToPart {
-                    to,
-                    shard,
-                    epoch,
-                    event,
-                };
+                (result, true)
             }
         };
         if let (Some(view), LedgerResult::Decided(TxnDecision::Abort)) = (view, &result) {
             view.aborted(&txn);
+        }
+        if to_participant {
+            let event = ParticipantEvent::LedgerApplied { txn, result };
+            return Work::ToPart {
+                to,
+                shard,
+                epoch,
+                event,
+            };
         }
         let event = CoordEvent::LedgerApplied { txn, result };
         Work::ToCoord {

@@ -463,6 +463,27 @@ impl World {
         );
     }
 
+    /// The coordinator was killed with the commit logged (or about to be): the gang's
+    /// `pods` are all bound, by the new owner, which reports it recovered.
+    fn assert_recovered_by_binding(&self, gang: &str, pods: usize) {
+        let seed = self.seed;
+        assert!(self.killed, "seed={seed}: the fault never fired");
+        let placed = self.gang_pods(gang);
+        assert_eq!(placed.len(), pods, "seed={seed}");
+        assert!(
+            placed.iter().all(|(_, s)| *s == PlacementState::Bound),
+            "seed={seed}"
+        );
+        assert!(
+            self.outcomes_of(gang)
+                .iter()
+                .any(|(o, r)| *o == TxnOutcome::Committed && r.contains("recovered")),
+            "seed={seed}: {:?}",
+            self.reports
+        );
+        self.assert_no_reservation_left();
+    }
+
     fn outcomes_of(&self, gang: &str) -> Vec<(TxnOutcome, String)> {
         self.reports
             .iter()
@@ -536,21 +557,7 @@ fn a_coordinator_killed_after_the_commit_is_logged_is_recovered_by_binding() {
         w.coordinator(0);
         w.start(0, 1, "ns/g", &[(1, 4), (2, 4)]);
         w.run(true);
-        assert!(w.killed, "seed={seed}: the fault never fired");
-        let pods = w.gang_pods("ns/g");
-        assert_eq!(pods.len(), 2, "seed={seed}");
-        assert!(
-            pods.iter().all(|(_, s)| *s == PlacementState::Bound),
-            "seed={seed}"
-        );
-        assert!(
-            w.outcomes_of("ns/g")
-                .iter()
-                .any(|(o, r)| *o == TxnOutcome::Committed && r.contains("recovered")),
-            "seed={seed}: {:?}",
-            w.reports
-        );
-        w.assert_no_reservation_left();
+        w.assert_recovered_by_binding("ns/g", 2);
     }
 }
 
@@ -565,23 +572,9 @@ fn a_coordinator_killed_while_its_last_participant_logs_the_commit_is_recovered_
         w.coordinator(0);
         w.start(0, 1, "ns/g", &[(1, 4), (2, 4)]);
         w.run(true);
-        assert!(w.killed, "seed={seed}: the fault never fired");
         let txn = txn_id(0, 1, 1, "ns/g");
         assert_eq!(w.ledger.txns[&txn].decision, Some(TxnDecision::Commit));
-        let pods = w.gang_pods("ns/g");
-        assert_eq!(pods.len(), 2, "seed={seed}");
-        assert!(
-            pods.iter().all(|(_, s)| *s == PlacementState::Bound),
-            "seed={seed}"
-        );
-        assert!(
-            w.outcomes_of("ns/g")
-                .iter()
-                .any(|(o, r)| *o == TxnOutcome::Committed && r.contains("recovered")),
-            "seed={seed}: {:?}",
-            w.reports
-        );
-        w.assert_no_reservation_left();
+        w.assert_recovered_by_binding("ns/g", 2);
     }
 }
 
