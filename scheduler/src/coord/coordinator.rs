@@ -148,6 +148,18 @@ struct Active {
     reason: String,
 }
 
+impl Active {
+    /// The participants whose reservation (and so where it is) is not known yet: a reply
+    /// fills `prepared` and `reserved` together.
+    fn unprepared(&self) -> Vec<ShardId> {
+        self.parts
+            .keys()
+            .filter(|s| !self.prepared.contains(s))
+            .copied()
+            .collect()
+    }
+}
+
 /// The coordinator of one shard at one epoch.
 #[derive(Clone, Debug)]
 pub struct Coordinator {
@@ -598,12 +610,7 @@ impl Coordinator {
         let due = now.saturating_sub(a.last_sent_ms) >= self.config.resend_after_ms;
         match a.phase {
             Phase::Beginning | Phase::Preparing if now >= a.deadline_ms => {
-                let missing: Vec<ShardId> = a
-                    .parts
-                    .keys()
-                    .filter(|s| !a.prepared.contains(s))
-                    .copied()
-                    .collect();
+                let missing = a.unprepared();
                 let reason = format!("deadline passed; shards {missing:?} not prepared");
                 self.decide(txn, TxnDecision::Abort, &reason, out);
             }
@@ -651,12 +658,7 @@ impl Coordinator {
         let Some(a) = self.active.get(txn) else {
             return;
         };
-        let missing: Vec<ShardId> = a
-            .parts
-            .keys()
-            .filter(|s| !a.reserved.contains_key(s))
-            .copied()
-            .collect();
+        let missing = a.unprepared();
         if a.decide_attempts >= max {
             let reason = format!(
                 "commit logged, but shards {missing:?} never said where they reserved; their owners bind it"
