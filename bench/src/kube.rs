@@ -31,6 +31,7 @@ use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
 use crate::native_gang;
+use crate::cpu::{self, CpuMeter};
 use crate::rss::{self, RssSampler};
 use crate::trivial;
 
@@ -479,6 +480,32 @@ async fn create_queues(client: &kube::Client, names: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The processes whose CPU a run reports: the scheduler under test (every phalanx replica,
+/// or the `--rss-pid` process) as `scheduler`, each testbed process by its name, and this
+/// bench (it creates the pods, watches them and, for the trivial binder, binds them).
+fn cpu_groups(replicas: &[Stoppable], other_scheduler: Option<u32>) -> Vec<(String, u32)> {
+    let scheduler: Vec<u32> = replicas
+        .iter()
+        .map(Stoppable::id)
+        .chain(other_scheduler)
+        .collect();
+    let mut groups: Vec<(String, u32)> = scheduler
+        .iter()
+        .map(|&pid| (CPU_SCHEDULER.to_string(), pid))
+        .collect();
+    groups.extend(
+        cpu::testbed_processes()
+            .into_iter()
+            .filter(|(_, pid)| !scheduler.contains(pid)),
+    );
+    groups.push((CPU_BENCH.to_string(), std::process::id()));
+    groups
+}
+
+/// The CPU groups of the scheduler under test and of this bench.
+pub const CPU_SCHEDULER: &str = "scheduler";
+pub const CPU_BENCH: &str = "phalanx-bench";
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -506,6 +533,8 @@ pub struct KubeOutcome {
     pub p99: Duration,
     pub max: Duration,
     pub rss: Option<rss::RssReport>,
+    /// CPU time of the run's processes from the first create to the last bind.
+    pub cpu: Option<cpu::CpuReport>,
 }
 
 impl KubeOutcome {
@@ -545,6 +574,9 @@ pub fn run(b: &KubeBench) -> Result<()> {
             "| {} | {} | {} | {:.0} | {:.0} | {} |",
             o.label, o.nodes, o.bound, r.end_mib, r.peak_mib, r.samples
         );
+    }
+    if let Some(c) = &o.cpu {
+        println!("\nCPU from the first create to the last bind: {}", c.summary());
     }
     if o.bound < b.pods {
         bail!(
@@ -686,6 +718,7 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
     }
     let scheduler_name = mode.scheduler_name();
     let pods_create = pods_dynamic(&client, &ns);
+    let cpu = CpuMeter::start(cpu_groups(&replicas, b.rss_pid.filter(|_| !is_phalanx)));
     let first = Instant::now();
     let sent: Vec<(String, Instant)> = rt.block_on(async {
         futures::stream::iter(0..b.pods)
@@ -724,6 +757,7 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let rss = rss.finish();
+    let cpu = cpu.finish();
     watch.abort();
     drop(replicas);
     if let Some((task, counts)) = &binder {
@@ -780,12 +814,13 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
         p99: percentile(&latencies, 0.99),
         max: latencies.last().copied().unwrap_or_default(),
         rss: rss.report(),
+        cpu: Some(cpu),
     };
 
     // Said before the clean-up, which takes minutes at 100,000 pods: a run stopped then
     // keeps its figures (one at 5,000 nodes × 100,000 pods lost them that way).
     eprintln!(
-        "measured: {} of {} pods bound, {:.0} pods/s, p50 {:.2} s, RSS {}; cleaning up {ns}",
+        "measured: {} of {} pods bound, {:.0} pods/s, p50 {:.2} s, RSS {}; CPU: {}; cleaning up {ns}",
         outcome.bound,
         outcome.pods,
         outcome.pods_per_s,
@@ -796,7 +831,11 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
                 "{:.0} MiB at the end, {:.0} MiB largest",
                 r.end_mib, r.peak_mib
             )
-        )
+        ),
+        outcome
+            .cpu
+            .as_ref()
+            .map_or_else(|| "not measured".to_string(), cpu::CpuReport::summary)
     );
     // Clean up: the pods go (kwok removes deleted pods), so the next run starts empty.
     let force = DeleteParams {

@@ -16,6 +16,7 @@
 //! (`suite.rs`).
 
 mod codec;
+mod cpu;
 mod cycle;
 mod gang_check;
 mod heap;

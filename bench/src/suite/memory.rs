@@ -241,6 +241,7 @@ mod tests {
                 peak_mib: rss_mib + 10.0,
                 samples: 10,
             }),
+            cpu: None,
         }
     }
 

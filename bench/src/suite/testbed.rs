@@ -20,7 +20,7 @@ use super::goals::{Cmp, Goal};
 use super::plan::{KubeSizes, Plan, Stamp};
 use super::progress::Progress;
 use crate::gang_check::{self, GangCheck};
-use crate::kube::{KubeBench, KubeOutcome, Mode, Stoppable};
+use crate::kube::{CPU_BENCH, CPU_SCHEDULER, KubeBench, KubeOutcome, Mode, Stoppable};
 use crate::native_gang;
 
 /// The testbed script of this checkout.
@@ -523,6 +523,38 @@ pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
         md.push_str(&goal.line(figure));
         md.push('\n');
     }
+    md.push_str(&render_cpu(rows));
+    md
+}
+
+/// Where each row's CPU went: the profile that says whether the scheduler or the machine
+/// set the pace (a machine busy on every core cannot bind faster with more replicas).
+fn render_cpu(rows: &[KubeRow]) -> String {
+    const TESTBED: [&str; 3] = ["kube-apiserver", "etcd", "kwok"];
+    let mut md = String::from(
+        "\nWhere the CPU went, from the first create to the last bind (CPU seconds of each process, `/proc/PID/stat`; the machine's from `/proc/stat`, every process on it; \"others\" is the machine's busy time that none of the listed processes used):\n\n| scheduler | wall | scheduler (all replicas) | kube-apiserver | etcd | kwok | phalanx-bench | others | machine busy, cores | scheduler CPU-s / 1k pods |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let Some((o, c)) = r.ok().and_then(|o| Some((o, o.cpu.as_ref()?))) else {
+            continue;
+        };
+        let listed: f64 = c.groups.iter().map(|(_, s)| s).sum();
+        let secs = |s: f64| format!("{s:.1} s");
+        let mut cells = vec![
+            r.name.to_string(),
+            secs(c.wall.as_secs_f64()),
+            secs(c.of(CPU_SCHEDULER)),
+        ];
+        cells.extend(TESTBED.iter().map(|g| secs(c.of(g))));
+        cells.push(secs(c.of(CPU_BENCH)));
+        cells.push(c.machine_busy_s.map_or("-".into(), |m| secs((m - listed).max(0.0))));
+        cells.push(c.busy_cores().map_or("-".into(), |b| format!("{b:.2} of {}", c.cores)));
+        cells.push(format!(
+            "{:.2}",
+            1000.0 * c.of(CPU_SCHEDULER) / (o.bound.max(1) as f64)
+        ));
+        let _ = writeln!(md, "| {} |", cells.join(" | "));
+    }
     md
 }
 
@@ -597,6 +629,7 @@ mod tests {
                 peak_mib: m,
                 samples: 10,
             }),
+            cpu: None,
         }
     }
 
@@ -618,7 +651,21 @@ mod tests {
             },
             KubeRow {
                 name: "phalanx ×1",
-                outcome: Ok(outcome(150.0, 1.2, Some(90.0))),
+                outcome: Ok(KubeOutcome {
+                    cpu: Some(crate::cpu::CpuReport {
+                        wall: Duration::from_secs(4),
+                        groups: vec![
+                            (CPU_SCHEDULER.into(), 1.5),
+                            ("kube-apiserver".into(), 3.0),
+                            ("etcd".into(), 1.0),
+                            ("kwok".into(), 0.5),
+                            (CPU_BENCH.into(), 1.0),
+                        ],
+                        machine_busy_s: Some(7.6),
+                        cores: 2,
+                    }),
+                    ..outcome(150.0, 1.2, Some(90.0))
+                }),
                 gang_check: None,
             },
             KubeRow {
@@ -650,6 +697,13 @@ mod tests {
             ),
             "{md}"
         );
+        // The CPU table: a row only where CPU was measured; "others" is the machine's
+        // busy time left over (7.6 - 7.0), the scheduler's CPU per 1,000 pods bound 3.0.
+        assert!(
+            md.contains("| phalanx ×1 | 4.0 s | 1.5 s | 3.0 s | 1.0 s | 0.5 s | 1.0 s | 0.6 s | 1.90 of 2 | 3.00 |"),
+            "{md}"
+        );
+        assert!(!md.contains("| trivial binder | 4.0 s"), "{md}");
         assert!(
             md.contains("| 300 / 300 MiB | ok; gang-check FAILED: not all or nothing: gang too-big has 40 of its 51 pods bound |"),
             "{md}"
