@@ -71,7 +71,11 @@ fn testbed_processes_in(pids: &Path) -> Vec<(String, u32)> {
             if name.ends_with(".exe") {
                 return None;
             }
-            let pid: u32 = std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()?;
+            let pid: u32 = std::fs::read_to_string(e.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
             let recorded = std::fs::read_to_string(pids.join(format!("{name}.exe"))).ok()?;
             let running = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
             (running == Path::new(recorded.trim())).then_some((name, pid))

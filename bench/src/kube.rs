@@ -30,8 +30,8 @@ use phalanx_scheduler::manifest::volcano::crd::{pod_group_crd, queue_crd};
 use phalanx_scheduler::shard::{ShardMap, ShardingConfig};
 use serde_json::json;
 
-use crate::native_gang;
 use crate::cpu::{self, CpuMeter};
+use crate::native_gang;
 use crate::rss::{self, RssSampler};
 use crate::trivial;
 
@@ -576,7 +576,10 @@ pub fn run(b: &KubeBench) -> Result<()> {
         );
     }
     if let Some(c) = &o.cpu {
-        println!("\nCPU from the first create to the last bind: {}", c.summary());
+        println!(
+            "\nCPU from the first create to the last bind: {}",
+            c.summary()
+        );
     }
     if o.bound < b.pods {
         bail!(

@@ -547,8 +547,14 @@ fn render_cpu(rows: &[KubeRow]) -> String {
         ];
         cells.extend(TESTBED.iter().map(|g| secs(c.of(g))));
         cells.push(secs(c.of(CPU_BENCH)));
-        cells.push(c.machine_busy_s.map_or("-".into(), |m| secs((m - listed).max(0.0))));
-        cells.push(c.busy_cores().map_or("-".into(), |b| format!("{b:.2} of {}", c.cores)));
+        cells.push(
+            c.machine_busy_s
+                .map_or("-".into(), |m| secs((m - listed).max(0.0))),
+        );
+        cells.push(
+            c.busy_cores()
+                .map_or("-".into(), |b| format!("{b:.2} of {}", c.cores)),
+        );
         cells.push(format!(
             "{:.2}",
             1000.0 * c.of(CPU_SCHEDULER) / (o.bound.max(1) as f64)
