@@ -236,11 +236,18 @@ impl Reporter {
             api.patch(&key.name, &params, &patch)
         })
         .await;
+        let mut overlay = self
+            .overlay
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The write ended: it shows through `status` or the cache from now on. A newer
+        // status queued meanwhile stays until its own write ends.
+        if overlay.queued.get(key) == Some(status) {
+            overlay.queued.remove(key);
+        }
         match written {
             Ok(obj) => {
-                self.overlay
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                overlay
                     .status
                     .insert(key.clone(), (rv_number(&obj.metadata), status.clone()));
                 Ok(())
@@ -317,6 +324,14 @@ impl KubeCluster {
         events: Vec<Event>,
     ) -> Vec<ClusterError> {
         if !statuses.is_empty() || !events.is_empty() {
+            let mut overlay = self
+                .overlay
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (key, status) in &statuses {
+                overlay.queued.insert(key.clone(), status.clone());
+            }
+            drop(overlay);
             let replaced = self.reporting.backlog().add(statuses, events);
             counter!(metric::EVENTS_REPLACED).increment(replaced);
             self.reporting.wake();
