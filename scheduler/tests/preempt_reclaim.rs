@@ -157,11 +157,10 @@ fn a_timed_out_gang_gets_a_timeout_condition_and_event_and_stop_releases_it() {
         );
         assert!(c.message.contains("schedule-timeout 10m"), "{}", c.message);
         assert!(
-            report
-                .sim
-                .events()
+            report.sim.events_of(&key).is_some_and(|k| k
+                .last
                 .iter()
-                .any(|(at, e)| e.object == key && e.reason == "Timeout" && *at >= 600_000),
+                .any(|(at, e)| e.reason == "Timeout" && *at >= 600_000)),
             "{name} has a Timeout event"
         );
     }

@@ -305,11 +305,13 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
         Some((
             CONDITION_UNSCHEDULABLE,
             "Timeout",
+            // When it timed out, not the time now: a message that changed every cycle was
+            // a status write and an Event every cycle for every timed-out gang.
             format!(
-                "not scheduled within its schedule-timeout {} (created at {}, now {}); {}{}",
+                "not scheduled within its schedule-timeout {} (created at {}, timed out at {}); {}{}",
                 format_duration(t.timeout_ms.unwrap_or(0)),
                 format_duration(t.created_ms),
-                format_duration(state.now_ms),
+                format_duration(t.deadline_ms().unwrap_or(state.now_ms)),
                 if stopped {
                     "timeout-action stop: no longer scheduled"
                 } else {

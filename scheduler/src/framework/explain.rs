@@ -270,24 +270,23 @@ pub fn explain(session: &Session, key: &ObjectKey, time: &dyn Fn(u64) -> String)
     out
 }
 
+/// How many of an object's Events an explanation shows, the latest.
+pub const EVENTS_SHOWN: usize = 10;
+
 /// The last ten of `events` (time in ms, the Event), oldest first, under the heading the
 /// explanation uses, each time as `time` writes it (the simulator: seconds of simulated
 /// time; a live replica: how long ago); nothing when there are none.
 pub fn render_events(
     out: &mut String,
-    events: &[(u64, &crate::framework::Event)],
+    (events, recorded): (&[(u64, &crate::framework::Event)], usize),
     time: &dyn Fn(u64) -> String,
 ) {
     if events.is_empty() {
         return;
     }
-    let _ = writeln!(
-        out,
-        "  events (last {} of {}):",
-        events.len().min(10),
-        events.len()
-    );
-    for (at, e) in events.iter().rev().take(10).rev() {
+    let shown = events.len().min(EVENTS_SHOWN);
+    let _ = writeln!(out, "  events (last {shown} of {recorded}):");
+    for (at, e) in events.iter().rev().take(EVENTS_SHOWN).rev() {
         let _ = writeln!(
             out,
             "    {:>9} {:<7} {:<20} {}",

@@ -325,14 +325,12 @@ pub fn explain(report: &ScenarioReport, key: &ObjectKey) -> String {
     let snapshot = report.sim.snapshot();
     let (_, session) = run_cycle(&snapshot, &report.conf, &report.scheduler_name);
     let mut out = crate::framework::explain::explain(&session, key, &|at| format_duration(at));
-    let events: Vec<(u64, &crate::framework::Event)> = report
-        .sim
-        .events()
-        .iter()
-        .filter(|(_, e)| &e.object == key)
-        .map(|(at, e)| (*at, e))
-        .collect();
-    crate::framework::explain::render_events(&mut out, &events, &|at| {
+    let kept = report.sim.events_of(key);
+    let events: Vec<(u64, &crate::framework::Event)> = kept
+        .map(|k| k.last.iter().map(|(at, e)| (*at, e)).collect())
+        .unwrap_or_default();
+    let recorded = kept.map_or(0, |k| k.recorded);
+    crate::framework::explain::render_events(&mut out, (&events, recorded), &|at| {
         format!("{:.1}s", at as f64 / 1000.0)
     });
     out

@@ -119,7 +119,7 @@ fn decisions(out: &mut String, p: &Published, key: &ObjectKey) {
         .filter(|(_, e)| &e.object == key)
         .map(|(at, e)| (*at, e))
         .collect();
-    crate::framework::explain::render_events(out, &events, &|at| ago(now, at));
+    crate::framework::explain::render_events(out, (&events, events.len()), &|at| ago(now, at));
 }
 
 /// A wall-clock instant (ms) as how long before `now` it was.
