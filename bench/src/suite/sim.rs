@@ -278,17 +278,27 @@ pub fn growth(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     Section { body, problems }
 }
 
+/// A finished point's status: what [`problems_of`] fails the suite on, in its row too.
+fn ended(violations: usize, pending: usize) -> String {
+    match (violations, pending) {
+        (0, 0) => "ok".to_string(),
+        (0, p) => format!("{p} gang(s) pending at the end"),
+        (v, p) => format!("{v} invariant violation(s), {p} gang(s) pending at the end"),
+    }
+}
+
 fn growth_row(p: &GridPoint) -> String {
     let (nodes, pods, replicas, shards) = (p.nodes, p.pods, p.replicas, p.shards);
     match p.result.report() {
         Some(rep) => format!(
-            "| {nodes} | {pods} | {replicas} | {shards} | {} | {:.1} s | {:.0} | {:.0} MiB | {} | {} | ok |\n",
+            "| {nodes} | {pods} | {replicas} | {shards} | {} | {:.1} s | {:.0} | {:.0} MiB | {} | {} | {} |\n",
             rep.row.binds,
             rep.row.wall_s,
             rep.row.pods_per_s(),
             mib(rep.vm_hwm_kib),
             rep.row.proposals,
-            rep.row.rounds
+            rep.row.rounds,
+            ended(rep.row.violations, rep.row.pending)
         ),
         None => format!(
             "| {nodes} | {pods} | {replicas} | {shards} | - | - | - | - | - | - | {} |\n",
@@ -523,6 +533,14 @@ mod tests {
             [
                 "1000 nodes × 20000 pods, R=3, S=16: 2 invariant violation(s), 1 gang(s) pending at the end"
             ]
+        );
+        // The growth table says so in the point's row, not "ok".
+        assert!(growth_row(&points[0]).ends_with("| ok |\n"));
+        assert!(
+            growth_row(&points[1])
+                .ends_with("| 2 invariant violation(s), 1 gang(s) pending at the end |\n"),
+            "{}",
+            growth_row(&points[1])
         );
     }
 
