@@ -207,10 +207,14 @@ mod tests {
 
     #[test]
     fn this_process_uses_cpu_and_the_meter_counts_it_in_its_group() {
-        let meter = CpuMeter::start([("bench".to_string(), std::process::id())]);
+        let me = std::process::id();
+        let meter = CpuMeter::start([("bench".to_string(), me)]);
+        let before = process_ticks(me).expect("this process's stat");
+        // Work until the kernel has counted a tick of it (not for a fixed time: on a busy
+        // machine a short loop may be counted none); the bound only stops a broken clock.
         let mut x = 0u64;
         let started = Instant::now();
-        while started.elapsed() < Duration::from_millis(200) {
+        while process_ticks(me) == Some(before) && started.elapsed() < Duration::from_secs(60) {
             for i in 0..100_000u64 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
             }
