@@ -418,7 +418,11 @@ fn check_spanning_gang_placed_by_2pc(
 
 /// Commits, as the victim at its epoch, a placement of a new pending gang on a node of
 /// `shard`'s pool, then SIGKILLs the victim: the committed-but-unbound state of an owner
-/// that died between commit and bind.
+/// that died between commit and bind. The victim is SIGSTOPped first, so that it neither
+/// schedules the new gang itself nor loses its shards before the commit: killed first, it
+/// refused connections at once, and the leader, which moves a refusing replica's shards
+/// in its next period, could move them before the commit landed (a `StaleEpoch` seen in
+/// CI). Stopped, it keeps them for its lease.
 fn check_owner_killed(
     env: &Env,
     replicas: &mut [Replica],
@@ -440,8 +444,7 @@ fn check_owner_killed(
         .position(|r| r.id == victim)
         .ok_or("victim not found")?;
     let wakeups_before = loop_wakeups(replicas)?;
-    replicas[victim_at].kill();
-    let killed_at = Instant::now();
+    replicas[victim_at].signal("STOP")?;
     env.create_gang("orphan", &queue, 2)?;
     let gang = GangPlacement {
         gang: ObjectKey::new(&env.ns, "orphan"),
@@ -454,11 +457,13 @@ fn check_owner_killed(
             .collect(),
     };
     let command = place_at(Fence { shard, epoch }, &[gang]).remove(0);
-    match env
+    let committed = env
         .rt
         .block_on(ledger.propose_one(command))
-        .map_err(|e| e.to_string())?
-    {
+        .map_err(|e| e.to_string());
+    replicas[victim_at].kill();
+    let killed_at = Instant::now();
+    match committed? {
         LedgerResponse::Gangs(o) if o.iter().all(|o| o.decision == GangDecision::Accepted) => {}
         other => {
             return Err(format!(
