@@ -13,10 +13,14 @@
 //! it was a queue of whole batches, which at 10,000 pending PodGroups and a throttled
 //! client grew with every cycle. A bind never waits for a report: reports have their own
 //! bucket and their own task, and the loop that feeds the binds never waits for them.
+//!
+//! A status that changes only a PodGroup's counts waits until [`COUNTS_SETTLE`] after the
+//! PodGroup's last status write (see [`Recent`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, Patch, PatchParams, PostParams};
 use ::kube::core::{ApiResource, DynamicObject};
@@ -51,6 +55,46 @@ pub(super) struct Reporter {
     pub(super) overlay: Arc<Mutex<Overlay>>,
     /// Makes Event names unique within one nanosecond.
     pub(super) event_seq: AtomicU32,
+}
+
+/// How long after a PodGroup's last status write a status that changes only its counts
+/// (`running`, `succeeded`, `failed`) waits. kwok, like a kubelet, starts a gang's pods a
+/// few hundred milliseconds apart, so each cycle of a 200 ms period saw a new `running`
+/// and wrote it: about three status writes a gang (1,449 for 500 gangs of 10), each a
+/// patch of a custom resource, which costs the API server more than a pod's bind. Volcano
+/// writes statuses once a session (1 s by default); a phase or condition that changes is
+/// written at once, as before.
+pub(super) const COUNTS_SETTLE: Duration = Duration::from_secs(1);
+
+/// The statuses written in the last [`COUNTS_SETTLE`], for holding a counts-only change.
+/// Kept by the writing task; what is older is forgotten at each write, so it holds the
+/// PodGroups written lately, not all of them.
+#[derive(Debug, Default)]
+struct Recent(HashMap<ObjectKey, (Instant, PodGroupStatus)>);
+
+impl Recent {
+    /// When `status` may be written: `None` for at once, or the end of its PodGroup's
+    /// settle time when it changes only the counts of the status written there lately.
+    fn held_until(&self, key: &ObjectKey, status: &PodGroupStatus) -> Option<Instant> {
+        let (at, written) = self.0.get(key)?;
+        let counts = |s: &PodGroupStatus| (s.running, s.succeeded, s.failed);
+        let only_counts = counts(written) != counts(status)
+            && PodGroupStatus {
+                running: status.running,
+                succeeded: status.succeeded,
+                failed: status.failed,
+                ..written.clone()
+            } == *status;
+        only_counts.then_some(*at + COUNTS_SETTLE)
+    }
+
+    fn wrote(&mut self, key: &ObjectKey, status: &PodGroupStatus, at: Instant) {
+        self.0.insert(key.clone(), (at, status.clone()));
+    }
+
+    fn forget_settled(&mut self, now: Instant) {
+        self.0.retain(|_, (at, _)| *at + COUNTS_SETTLE > now);
+    }
 }
 
 /// What waits to be written, merged as it is queued.
@@ -110,6 +154,29 @@ impl Backlog {
         let taken = std::mem::take(self);
         (taken.statuses, taken.events, taken.flushes)
     }
+
+    /// What may be written at `now`: everything when a flush waits, else all but the
+    /// statuses `recent` holds, which stay queued (a later status of theirs replaces them
+    /// as before). Also returns when the first of those held may be written.
+    fn take_due(&mut self, now: Instant, recent: &Recent) -> (Taken, Option<Instant>) {
+        if !self.flushes.is_empty() {
+            return (self.take(), None);
+        }
+        let (statuses, events, flushes) = self.take();
+        let mut due = Vec::with_capacity(statuses.len());
+        let mut next: Option<Instant> = None;
+        for (key, status) in statuses {
+            match recent.held_until(&key, &status).filter(|&at| at > now) {
+                Some(at) => {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                    self.status_at.insert(key.clone(), self.statuses.len());
+                    self.statuses.push((key, status));
+                }
+                None => due.push((key, status)),
+            }
+        }
+        ((due, events, flushes), next)
+    }
 }
 
 /// The backlog of statuses and Events and the one task that writes it.
@@ -163,19 +230,38 @@ impl ReportQueue {
     }
 }
 
-/// Writes the backlog each time it is woken: statuses first, then Events; what is queued
-/// meanwhile waits, merged, for the next write.
+/// Writes the backlog each time it is woken, or when a held status may be written:
+/// statuses first, then Events; what is queued meanwhile waits, merged, for the next write.
 async fn write_queued(
     reporter: Arc<Reporter>,
     backlog: Arc<Mutex<Backlog>>,
     mut woken: mpsc::Receiver<()>,
     failures: Arc<Mutex<Vec<ClusterError>>>,
 ) {
-    while woken.recv().await.is_some() {
-        let (statuses, events, flushes) = backlog
+    let mut recent = Recent::default();
+    let mut held_until: Option<Instant> = None;
+    loop {
+        let woke = match held_until {
+            Some(at) => tokio::time::timeout_at(at.into(), woken.recv())
+                .await
+                .unwrap_or(Some(())),
+            None => woken.recv().await,
+        };
+        if woke.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        recent.forget_settled(now);
+        let ((statuses, events, flushes), next) = backlog
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+            .take_due(now, &recent);
+        held_until = next;
+        // The time of the attempt: a write that failed is queued again by the next cycle
+        // with the same status, which is not held.
+        for (key, status) in &statuses {
+            recent.wrote(key, status, now);
+        }
         if !statuses.is_empty() || !events.is_empty() {
             let failed = reporter.clone().write(statuses, events).await;
             failures
@@ -397,6 +483,76 @@ mod tests {
             statuses.is_empty() && events.is_empty() && flushes.is_empty(),
             "taken whole"
         );
+    }
+
+    fn phase(phase: crate::model::PodGroupPhase, running: u32) -> PodGroupStatus {
+        PodGroupStatus {
+            phase,
+            running,
+            ..PodGroupStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_status_that_changes_only_the_counts_waits_until_its_pod_groups_last_write_settled() {
+        use crate::model::PodGroupPhase::{Inqueue, Running};
+        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        recent.wrote(&a, &phase(Running, 0), t0);
+        recent.wrote(&b, &phase(Inqueue, 0), t0);
+        let mut backlog = Backlog::default();
+        // a: only `running` changed, so it waits; b: its phase changed, written at once.
+        backlog.add(
+            vec![
+                (a.clone(), phase(Running, 4)),
+                (b.clone(), phase(Running, 0)),
+            ],
+            vec![],
+        );
+        let later = t0 + COUNTS_SETTLE / 2;
+        let ((statuses, _, _), next) = backlog.take_due(later, &recent);
+        assert_eq!(statuses, vec![(b.clone(), phase(Running, 0))]);
+        assert_eq!(next, Some(t0 + COUNTS_SETTLE));
+        // Held, it is still merged with what comes later: the last count is written.
+        backlog.add(vec![(a.clone(), phase(Running, 10))], vec![]);
+        let ((statuses, _, _), next) = backlog.take_due(later, &recent);
+        assert!(statuses.is_empty() && next == Some(t0 + COUNTS_SETTLE));
+        let ((statuses, _, _), next) = backlog.take_due(t0 + COUNTS_SETTLE, &recent);
+        assert_eq!(statuses, vec![(a.clone(), phase(Running, 10))]);
+        assert_eq!(next, None);
+        // The same status again (its write failed, the next cycle queued it again) and a
+        // PodGroup written long ago are not held; what settled is forgotten.
+        backlog.add(
+            vec![
+                (b.clone(), phase(Inqueue, 0)),
+                (a.clone(), phase(Running, 3)),
+            ],
+            vec![],
+        );
+        recent.forget_settled(t0 + COUNTS_SETTLE);
+        let ((statuses, _, _), _) = backlog.take_due(later, &recent);
+        assert_eq!(statuses.len(), 2);
+        assert!(recent.0.is_empty());
+    }
+
+    #[test]
+    fn a_flush_takes_the_statuses_held_for_their_counts_and_a_new_phase_ends_the_hold() {
+        use crate::model::PodGroupPhase::{Completed, Running};
+        let a = ObjectKey::new("ns", "a");
+        let t0 = Instant::now();
+        let mut recent = Recent::default();
+        recent.wrote(&a, &phase(Running, 2), t0);
+        let mut backlog = Backlog::default();
+        backlog.add(vec![(a.clone(), phase(Running, 5))], vec![]);
+        let (done, _answer) = oneshot::channel();
+        backlog.flushes.push(done);
+        let ((statuses, _, flushes), next) = backlog.take_due(t0, &recent);
+        assert_eq!((statuses.len(), flushes.len(), next), (1, 1, None));
+        backlog.add(vec![(a.clone(), phase(Running, 6))], vec![]);
+        backlog.add(vec![(a.clone(), phase(Completed, 0))], vec![]);
+        let ((statuses, _, _), next) = backlog.take_due(t0, &recent);
+        assert_eq!((statuses, next), (vec![(a, phase(Completed, 0))], None));
     }
 
     /// Named for the bug: the queue held every cycle's batch while a write was in flight,
