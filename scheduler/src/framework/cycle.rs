@@ -18,7 +18,7 @@ use crate::framework::plan::{CyclePlan, Event};
 use crate::framework::session::{JobId, Session, TaskStatus};
 use crate::framework::timeout::{TimeoutAction, format_duration};
 use crate::framework::view::RoundView;
-use crate::model::{PodGroupCondition, PodGroupPhase, PodGroupStatus};
+use crate::model::{ObjectKey, PodGroupCondition, PodGroupPhase, PodGroupStatus};
 
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 pub const CONDITION_UNSCHEDULABLE: &str = "Unschedulable";
@@ -180,36 +180,52 @@ fn close(session: &mut Session) {
         let Some(status) = changed else {
             continue;
         };
-        let old = &session.state.jobs[job].pod_group.status;
         let key = session.state.jobs[job].key().clone();
-        if status.phase != old.phase {
-            session.plan.events.push(Event {
-                object: key.clone(),
-                kind: "Normal",
-                reason: status.phase.as_str().to_string(),
-                message: format!("PodGroup is {}", status.phase.as_str()),
-            });
-        }
-        let new_condition = status.conditions.last();
-        if new_condition.map(|c| (&c.kind, &c.message))
-            != old.conditions.last().map(|c| (&c.kind, &c.message))
-            && let Some(c) = new_condition
-        {
-            let unschedulable = c.kind == CONDITION_UNSCHEDULABLE;
-            session.plan.events.push(Event {
-                object: key.clone(),
-                kind: if unschedulable { "Warning" } else { "Normal" },
-                // Unschedulable events carry the condition's reason (NotEnoughResources,
-                // Timeout, QueueNotFound, ...), as Volcano's do.
-                reason: if unschedulable {
-                    c.reason.clone()
-                } else {
-                    c.kind.clone()
-                },
-                message: c.message.clone(),
-            });
-        }
+        let old = &session.state.jobs[job].pod_group.status;
+        session
+            .plan
+            .events
+            .extend(status_events(&key, old, &status));
         session.plan.status_updates.push((key, status));
+    }
+}
+
+/// The Events of a status change: one for a new phase and one for a new condition, or
+/// one for both when a gang is placed and changes phase in the same cycle (most gangs):
+/// two Events there were a third of a replica's writes to the API server besides its
+/// binds, and the phase is in the condition's Event's message.
+fn status_events(key: &ObjectKey, old: &PodGroupStatus, status: &PodGroupStatus) -> Vec<Event> {
+    let phase = (status.phase != old.phase).then(|| status.phase.as_str());
+    let condition = status.conditions.last().filter(|c| {
+        Some((&c.kind, &c.message)) != old.conditions.last().map(|c| (&c.kind, &c.message))
+    });
+    let event = |kind, reason: &str, message: String| Event {
+        object: key.clone(),
+        kind,
+        reason: reason.to_string(),
+        message,
+    };
+    match (phase, condition) {
+        (Some(phase), Some(c)) if c.kind != CONDITION_UNSCHEDULABLE => {
+            vec![event(
+                "Normal",
+                &c.kind,
+                format!("{}; PodGroup is {phase}", c.message),
+            )]
+        }
+        (phase, condition) => phase
+            .map(|phase| event("Normal", phase, format!("PodGroup is {phase}")))
+            .into_iter()
+            .chain(condition.map(|c| {
+                if c.kind == CONDITION_UNSCHEDULABLE {
+                    // Unschedulable events carry the condition's reason (NotEnoughResources,
+                    // Timeout, QueueNotFound, ...), as Volcano's do.
+                    event("Warning", &c.reason, c.message.clone())
+                } else {
+                    event("Normal", &c.kind, c.message.clone())
+                }
+            }))
+            .collect(),
     }
 }
 
@@ -559,5 +575,80 @@ mod closed_reason_tests {
             session.state.jobs.iter().any(|j| j.shadow),
             "a shadow job is asked too"
         );
+    }
+
+    fn with(phase: crate::model::PodGroupPhase, kind: &str, reason: &str) -> PodGroupStatus {
+        PodGroupStatus {
+            phase,
+            conditions: vec![crate::model::PodGroupCondition {
+                kind: kind.into(),
+                status: true,
+                reason: reason.into(),
+                message: format!("{reason} message"),
+                transition_time_ms: 0,
+            }],
+            ..PodGroupStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_gang_placed_as_it_changes_phase_gets_one_event_and_an_unschedulable_one_keeps_its_warning()
+    {
+        use crate::model::PodGroupPhase::{Inqueue, Running};
+        let key = ObjectKey::new("ns", "g");
+        let pending = PodGroupStatus::default();
+        let events = status_events(&key, &pending, &with(Running, "Scheduled", "GangReady"));
+        let seen: Vec<_> = events
+            .iter()
+            .map(|e| (e.kind, e.reason.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [(
+                "Normal",
+                "Scheduled",
+                "GangReady message; PodGroup is Running"
+            )]
+        );
+        let unschedulable = with(Inqueue, "Unschedulable", "NotEnoughResources");
+        let seen: Vec<_> = status_events(&key, &pending, &unschedulable)
+            .into_iter()
+            .map(|e| (e.kind, e.reason))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("Normal", "Inqueue".to_string()),
+                ("Warning", "NotEnoughResources".to_string())
+            ]
+        );
+        // A phase alone, or a condition alone, is an Event of its own as before.
+        let inqueue = PodGroupStatus {
+            phase: Inqueue,
+            ..PodGroupStatus::default()
+        };
+        let seen: Vec<_> = status_events(&key, &pending, &inqueue)
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect();
+        assert_eq!(
+            seen,
+            [("Inqueue".to_string(), "PodGroup is Inqueue".to_string())]
+        );
+        let placed_again = with(Running, "Scheduled", "GangReady");
+        let mut more = placed_again.clone();
+        more.conditions[0].message = "12 of minMember 10 pods placed".into();
+        let seen: Vec<_> = status_events(&key, &placed_again, &more)
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect();
+        assert_eq!(
+            seen,
+            [(
+                "Scheduled".to_string(),
+                "12 of minMember 10 pods placed".to_string()
+            )]
+        );
+        assert!(status_events(&key, &more, &more).is_empty());
     }
 }
