@@ -388,11 +388,7 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
             gang_check,
         }
     };
-    let mut rows = vec![row(
-        "trivial binder",
-        bench(plan, k, &kubeconfig, "trivial", 1),
-        None,
-    )];
+    let mut rows = Vec::new();
     for (name, scheduler, gates) in [
         ("kube-scheduler", "default-scheduler", None),
         (
@@ -436,11 +432,18 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
             }
         }
     }
+    // phalanx ×1 between two runs of the trivial binder, its figure their mean: the
+    // runs on one testbed grow slower as it ages (the first of four back-to-back trivial
+    // runs on a fresh testbed bound 462 pods/s, the next three 432-443), so a ceiling
+    // measured first alone made every later row look worse.
+    let [before, after] = TRIVIAL_ROWS;
+    rows.push(row(before, bench(plan, k, &kubeconfig, "trivial", 1), None));
     rows.push(row(
         "phalanx ×1",
         bench(plan, k, &kubeconfig, "phalanx", 1),
         None,
     ));
+    rows.push(row(after, bench(plan, k, &kubeconfig, "trivial", 1), None));
     rows.push(row(
         "phalanx ×3",
         bench(plan, k, &kubeconfig, "phalanx", 3),
@@ -453,16 +456,31 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
 /// The native gang row's name.
 const NATIVE_GANG_ROW: &str = "kube-scheduler, native gang";
 
+/// The trivial binder's rows, run right before and right after phalanx ×1.
+const TRIVIAL_ROWS: [&str; 2] = ["trivial binder", "trivial binder, again"];
+
+/// The trivial binder's pods/s: the mean of its rows that bound every pod.
+fn trivial_rate(rows: &[KubeRow]) -> Option<f64> {
+    let rates: Vec<f64> = rows
+        .iter()
+        .filter(|r| TRIVIAL_ROWS.contains(&r.name))
+        .filter_map(KubeRow::ok)
+        .filter(|o| o.bound >= o.pods)
+        .map(|o| o.pods_per_s)
+        .collect();
+    (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64)
+}
+
 /// The table, the ratios and the goals.
 pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
     let k = &plan.kube;
     let mut md = format!(
-        "The testbed at {} kwok nodes × 8 GPUs; {} pods of 1 cpu / 1 Gi each (gangs of {} for phalanx; no gang for the others); every scheduler's client at {}/{} QPS/burst, {} bind workers for the trivial binder and phalanx; phalanx rows with `--shards {} --queues {}` (docs/benchmarks.md, scale-out) and a period of 200 ms; `phalanx-bench kube` for each row, one after the other on the same testbed.\n\n",
+        "The testbed at {} kwok nodes × 8 GPUs; {} pods of 1 cpu / 1 Gi each (gangs of {} for phalanx; no gang for the others); every scheduler's client at {}/{} QPS/burst, {} bind workers for the trivial binder and phalanx; phalanx rows with `--shards {} --queues {}` (docs/benchmarks.md, scale-out) and a period of 200 ms; `phalanx-bench kube` for each row, one after the other on the same testbed. The trivial binder runs right before and right after phalanx ×1, and \"of the trivial binder's\" is against the mean of its two runs.\n\n",
         k.nodes, k.pods, k.gang, k.kube_qps, k.kube_burst, k.bind_workers, k.shards, k.queues
     );
     md.push_str("| scheduler | pods | bound | created in | all bound after | pods/s | of the trivial binder's | p50 | p99 | RSS at the end / largest (per replica) | status |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     let find = |name: &str| rows.iter().find(|r| r.name == name).and_then(KubeRow::ok);
-    let trivial = find("trivial binder");
+    let trivial = trivial_rate(rows);
     for r in rows {
         md.push_str(&kube_row(r, trivial));
     }
@@ -496,7 +514,7 @@ pub fn render(plan: &Plan, rows: &[KubeRow]) -> String {
                 Cmp::AtLeast,
                 0.8,
             ),
-            ratio(p1, trivial, rate),
+            p1.zip(trivial).map(|(p1, t)| p1.pods_per_s / t),
         ),
         (
             Goal::new("phalanx ×1 p50 / kube-scheduler's p50", Cmp::AtMost, 1.0),
@@ -564,7 +582,7 @@ fn render_cpu(rows: &[KubeRow]) -> String {
     md
 }
 
-fn kube_row(r: &KubeRow, trivial: Option<&KubeOutcome>) -> String {
+fn kube_row(r: &KubeRow, trivial: Option<f64>) -> String {
     let o = match &r.outcome {
         Ok(o) => o,
         Err(e) => {
@@ -582,7 +600,7 @@ fn kube_row(r: &KubeRow, trivial: Option<&KubeOutcome>) -> String {
     };
     let share = trivial.map_or_else(
         || "-".to_string(),
-        |t| format!("{:.0} %", 100.0 * o.pods_per_s / t.pods_per_s),
+        |t| format!("{:.0} %", 100.0 * o.pods_per_s / t),
     );
     let rss = o.rss.map_or_else(
         || "-".to_string(),
@@ -649,6 +667,11 @@ mod tests {
                 gang_check: None,
             },
             KubeRow {
+                name: "trivial binder, again",
+                outcome: Ok(outcome(180.0, 0.4, None)),
+                gang_check: None,
+            },
+            KubeRow {
                 name: NATIVE_GANG_ROW,
                 outcome: Ok(outcome(120.0, 1.0, Some(300.0))),
                 gang_check: Some(Err(
@@ -681,11 +704,16 @@ mod tests {
             },
         ];
         let md = render(&plan, &rows);
-        assert!(md.contains("| phalanx ×1 | 500 | 500 | 3.0 s | 4.0 s | 150 | 75 % | 1.20 s | 2.40 s | 90 / 90 MiB | ok |"), "{md}");
-        assert!(md.contains("| phalanx ×3 | - | - | - | - | - | - | - | - | - | failed: replicas not ready / within 60 s |"), "{md}");
-        // 150 / 200 = 0.75 < 0.8: a planted miss; the rest have no figure.
+        // Against the mean of the two trivial rows, (200 + 180) / 2 = 190.
+        assert!(md.contains("| phalanx ×1 | 500 | 500 | 3.0 s | 4.0 s | 150 | 79 % | 1.20 s | 2.40 s | 90 / 90 MiB | ok |"), "{md}");
         assert!(
-            md.contains("- phalanx ×1 pods/s / the trivial binder's ≥ 0.80: 0.75: **not met**"),
+            md.contains("| trivial binder, again | 500 | 500 | 3.0 s | 4.0 s | 180 | 95 % |"),
+            "{md}"
+        );
+        assert!(md.contains("| phalanx ×3 | - | - | - | - | - | - | - | - | - | failed: replicas not ready / within 60 s |"), "{md}");
+        // 150 / 190 = 0.79 < 0.8: a planted miss; the rest have no figure.
+        assert!(
+            md.contains("- phalanx ×1 pods/s / the trivial binder's ≥ 0.80: 0.79: **not met**"),
             "{md}"
         );
         assert!(
