@@ -282,10 +282,10 @@ impl Plan {
                 Part::Cycle => self.cycle_nodes.len(),
                 Part::Sustained => grid(&self.sustained),
                 Part::Growth => grid(&self.growth),
-                // The testbed's start, five rows and the native gang row's all-or-nothing
-                // check (kube-scheduler, when it is built, costs one start of 0.7 s on the
-                // 2-core host, so --quick keeps its rows too).
-                Part::Kube => 7,
+                // The testbed's start, six rows (the trivial binder twice) and the native
+                // gang row's all-or-nothing check (kube-scheduler, when it is built, costs
+                // one start of 0.7 s on the 2-core host, so --quick keeps its rows too).
+                Part::Kube => 8,
                 // Per node count its testbed's start, then two runs per pod count.
                 Part::Memory => self.memory.nodes.len() * (1 + 2 * self.memory.pods.len()),
             })
