@@ -432,10 +432,10 @@ fn measure_rows(plan: &Plan, progress: &Progress) -> Result<Vec<KubeRow>> {
             }
         }
     }
-    // phalanx ×1 between two runs of the trivial binder, its figure their mean: the
-    // runs on one testbed grow slower as it ages (the first of four back-to-back trivial
-    // runs on a fresh testbed bound 462 pods/s, the next three 432-443), so a ceiling
-    // measured first alone made every later row look worse.
+    // phalanx ×1 between two runs of the trivial binder, its figure their mean: runs on
+    // one testbed differ with what ran before them (on a fresh testbed the trivial binder
+    // bound 462 pods/s first and 432 and 443 later; on an older one 465, 410 and 364 in
+    // turn), so a ceiling measured once, first, misjudged every later row.
     let [before, after] = TRIVIAL_ROWS;
     rows.push(row(before, bench(plan, k, &kubeconfig, "trivial", 1), None));
     rows.push(row(
