@@ -591,35 +591,45 @@ mod closed_reason_tests {
         }
     }
 
+    /// The Events of `old` -> `new`, as (kind, reason, message).
+    fn events_of(
+        old: &PodGroupStatus,
+        new: &PodGroupStatus,
+    ) -> Vec<(&'static str, String, String)> {
+        status_events(&ObjectKey::new("ns", "g"), old, new)
+            .into_iter()
+            .map(|e| (e.kind, e.reason, e.message))
+            .collect()
+    }
+
+    fn seen(kind: &'static str, reason: &str, message: &str) -> (&'static str, String, String) {
+        (kind, reason.to_string(), message.to_string())
+    }
+
     #[test]
     fn a_gang_placed_as_it_changes_phase_gets_one_event_and_an_unschedulable_one_keeps_its_warning()
     {
         use crate::model::PodGroupPhase::{Inqueue, Running};
-        let key = ObjectKey::new("ns", "g");
         let pending = PodGroupStatus::default();
-        let events = status_events(&key, &pending, &with(Running, "Scheduled", "GangReady"));
-        let seen: Vec<_> = events
-            .iter()
-            .map(|e| (e.kind, e.reason.as_str(), e.message.as_str()))
-            .collect();
+        let placed = with(Running, "Scheduled", "GangReady");
         assert_eq!(
-            seen,
-            [(
+            events_of(&pending, &placed),
+            [seen(
                 "Normal",
                 "Scheduled",
                 "GangReady message; PodGroup is Running"
             )]
         );
         let unschedulable = with(Inqueue, "Unschedulable", "NotEnoughResources");
-        let seen: Vec<_> = status_events(&key, &pending, &unschedulable)
-            .into_iter()
-            .map(|e| (e.kind, e.reason))
-            .collect();
         assert_eq!(
-            seen,
+            events_of(&pending, &unschedulable),
             [
-                ("Normal", "Inqueue".to_string()),
-                ("Warning", "NotEnoughResources".to_string())
+                seen("Normal", "Inqueue", "PodGroup is Inqueue"),
+                seen(
+                    "Warning",
+                    "NotEnoughResources",
+                    "NotEnoughResources message"
+                )
             ]
         );
         // A phase alone, or a condition alone, is an Event of its own as before.
@@ -627,28 +637,20 @@ mod closed_reason_tests {
             phase: Inqueue,
             ..PodGroupStatus::default()
         };
-        let seen: Vec<_> = status_events(&key, &pending, &inqueue)
-            .into_iter()
-            .map(|e| (e.reason, e.message))
-            .collect();
         assert_eq!(
-            seen,
-            [("Inqueue".to_string(), "PodGroup is Inqueue".to_string())]
+            events_of(&pending, &inqueue),
+            [seen("Normal", "Inqueue", "PodGroup is Inqueue")]
         );
-        let placed_again = with(Running, "Scheduled", "GangReady");
-        let mut more = placed_again.clone();
+        let mut more = placed.clone();
         more.conditions[0].message = "12 of minMember 10 pods placed".into();
-        let seen: Vec<_> = status_events(&key, &placed_again, &more)
-            .into_iter()
-            .map(|e| (e.reason, e.message))
-            .collect();
         assert_eq!(
-            seen,
-            [(
-                "Scheduled".to_string(),
-                "12 of minMember 10 pods placed".to_string()
+            events_of(&placed, &more),
+            [seen(
+                "Normal",
+                "Scheduled",
+                "12 of minMember 10 pods placed"
             )]
         );
-        assert!(status_events(&key, &more, &more).is_empty());
+        assert!(events_of(&more, &more).is_empty());
     }
 }
