@@ -191,9 +191,10 @@ fn close(session: &mut Session) {
 }
 
 /// The Events of a status change: one for a new phase and one for a new condition, or
-/// one for both when a gang is placed and changes phase in the same cycle (most gangs):
-/// two Events there were a third of a replica's writes to the API server besides its
-/// binds, and the phase is in the condition's Event's message.
+/// one for both when a gang is placed and changes phase in the same cycle (most gangs),
+/// the phase then in the condition's Event's message. Two Events per placed gang were a
+/// third of a replica's writes to the API server besides its binds (1,000 of ~3,080 for
+/// 500 gangs of 10).
 fn status_events(key: &ObjectKey, old: &PodGroupStatus, status: &PodGroupStatus) -> Vec<Event> {
     let phase = (status.phase != old.phase).then(|| status.phase.as_str());
     let condition = status.conditions.last().filter(|c| {

@@ -61,9 +61,10 @@ pub(super) struct Reporter {
 /// (`running`, `succeeded`, `failed`) waits. kwok, like a kubelet, starts a gang's pods a
 /// few hundred milliseconds apart, so each cycle of a 200 ms period saw a new `running`
 /// and wrote it: about three status writes a gang (1,449 for 500 gangs of 10), each a
-/// patch of a custom resource, which costs the API server more than a pod's bind. Volcano
-/// writes statuses once a session (1 s by default); a phase or condition that changes is
-/// written at once, as before.
+/// patch of a custom resource. Volcano writes statuses once a session (1 s by default); a
+/// phase or condition that changes is written at once, as before. It saved 3 % of the
+/// status writes in the 5,000-pod bench (docs/benchmarks.md): kwok there starts a gang's
+/// pods over 1 to 5 s, so most gangs still get a count a second while they start.
 pub(super) const COUNTS_SETTLE: Duration = Duration::from_secs(1);
 
 /// The statuses written in the last [`COUNTS_SETTLE`], for holding a counts-only change.
