@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::retry::{RetryPolicy, describe, status_code, with_retry, with_retry_gated};
-use super::{BOUND_BY_ANNOTATION, Overlay, SlimPod, TokenBucket};
+use super::{BOUND_BY_ANNOTATION, CachedPod, Overlay, TokenBucket};
 use crate::cluster::ClusterError;
 use crate::model::ObjectKey;
 
@@ -23,7 +23,7 @@ pub struct KubeBinder {
     pub(super) limiter: Arc<TokenBucket>,
     pub(super) retry: RetryPolicy,
     pub(super) bound_by: Option<String>,
-    pub(super) pods: Store<SlimPod>,
+    pub(super) pods: Store<CachedPod>,
     pub(super) nodes: Store<core::Node>,
     /// Binds made here that the cache does not show yet (the cluster's).
     pub(super) overlay: Arc<Mutex<Overlay>>,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!            watch (kube-runtime watcher + reflector, restarted with backoff)
-//! API server ────────────────────────────────────────────▶ stores: Node, SlimPod (every pod),
+//! API server ────────────────────────────────────────────▶ stores: Node, CachedPod (every pod),
 //!     ▲                                                    PodGroup, Queue, PriorityClass
 //!     │ token buckets (qps/burst) + bounded retries                 │ snapshot(): convert
 //!     │   pods/binding, PodGroup merge patch,                       ▼ (manifest::convert)
@@ -51,7 +51,7 @@ pub use recorder::{
     REASON_INVALID, REASON_INVALID_POD_GROUP, Regarding, event_body,
 };
 pub use retry::{RetryPolicy, describe, is_transient, status_code, with_retry};
-use slim::SlimPod;
+use slim::CachedPod;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -74,7 +74,7 @@ use tokio::task::JoinHandle;
 use crate::cluster::{Cluster, ClusterError, ClusterSnapshot};
 use crate::framework::Event;
 use crate::manifest::FieldError;
-use crate::manifest::convert::{node_from_k8s, pod_from_k8s, priority_class_from_k8s};
+use crate::manifest::convert::{node_from_k8s, priority_class_from_k8s};
 use crate::model::{
     DEFAULT_QUEUE, Node, ObjectKey, Pod, PodGroup, PodGroupStatus, PriorityClass, Queue, TimeMs,
 };
@@ -159,7 +159,7 @@ pub enum KubeError {
 struct Stores {
     nodes: Store<core::Node>,
     /// Every pod, as the fields phalanx reads (`slim.rs`).
-    pods: Store<SlimPod>,
+    pods: Store<CachedPod>,
     pod_groups: Store<DynamicObject>,
     queues: Store<DynamicObject>,
     priority_classes: Store<K8sPriorityClass>,
@@ -169,7 +169,10 @@ struct Stores {
 #[derive(Default)]
 struct Converted {
     nodes: HashMap<String, (String, Arc<Node>)>,
-    pods: HashMap<String, (String, Arc<Pod>)>,
+    /// The copies [`overlay_bind`] made of pods bound here that the cache shows unbound,
+    /// by key, with the resourceVersion they were made of (the cache converts each pod
+    /// itself: [`CachedPod`]).
+    bound_copies: HashMap<String, (String, Arc<Pod>)>,
     /// PodGroups by key, with the resourceVersion they were converted at: a PodGroup is
     /// parsed once per version, not every cycle.
     pod_groups: HashMap<ObjectKey, (String, Arc<PodGroup>)>,
@@ -381,7 +384,7 @@ impl KubeCluster {
         let pod_group_resource = volcano_resource("PodGroup", "podgroups");
         let queue_resource = volcano_resource("Queue", "queues");
         let (nodes, w_nodes) = reflector::store::<core::Node>();
-        let (pods, w_pods) = reflector::store::<SlimPod>();
+        let (pods, w_pods) = reflector::store::<CachedPod>();
         let (priority_classes, w_pcs) = reflector::store::<K8sPriorityClass>();
         let w_pgs = reflector::store::Writer::<DynamicObject>::new(pod_group_resource.clone());
         let pod_groups = w_pgs.as_reader();
@@ -389,7 +392,7 @@ impl KubeCluster {
         let queues = w_queues.as_reader();
         let watches = vec![
             spawn_watch(&handle, Api::<core::Node>::all(client.clone()), w_nodes),
-            spawn_watch(&handle, Api::<SlimPod>::all(client.clone()), w_pods),
+            spawn_watch(&handle, Api::<CachedPod>::all(client.clone()), w_pods),
             spawn_watch(&handle, Api::<K8sPriorityClass>::all(client.clone()), w_pcs),
             spawn_stream(
                 &handle,
@@ -881,11 +884,9 @@ type SkippedGroupsTold = HashMap<ObjectKey, (String, BTreeSet<ObjectKey>)>;
 /// How many pods of one skipped PodGroup get a Warning Event of their own.
 pub const POD_WARNINGS_PER_SKIPPED_GROUP: usize = 16;
 
-/// Whether `pod` names a PodGroup the snapshot skipped (the common case, none skipped,
-/// costs nothing).
 /// The pod as bound when a bind made here is not in the cache yet (`cached_node` is what
-/// the cache shows). The bound copy takes the place of the unbound conversion of the same
-/// version, so such a pod is copied once, not once a cycle: at the peak of a 20,000-pod
+/// the cache shows). The bound copy is kept for the version it was made of, so such a pod
+/// is copied once, not once a cycle: at the peak of a 20,000-pod
 /// run 13,000 binds were not in the cache yet, 12 MiB copied every cycle (docs/
 /// benchmarks.md). The overlay's entry goes once the cache shows a node.
 fn overlay_bind(
@@ -905,7 +906,7 @@ fn overlay_bind(
             bound.node_name = Some(node.clone());
             let bound = Arc::new(bound);
             converted
-                .pods
+                .bound_copies
                 .insert(key.to_string(), (rv.to_string(), bound.clone()));
             bound
         }
@@ -913,6 +914,8 @@ fn overlay_bind(
     }
 }
 
+/// Whether `pod` names a PodGroup the snapshot skipped (the common case, none skipped,
+/// costs nothing).
 fn in_skipped_group(pod: &Pod, skipped: &SkippedGroups) -> bool {
     !skipped.is_empty()
         && pod
@@ -1028,32 +1031,31 @@ impl Cluster for KubeCluster {
             let key = Self::pod_key(&p.metadata);
             let rv = p.metadata.resource_version.clone().unwrap_or_default();
             live.insert(key.clone());
-            let pod = match converted.pods.get(&key) {
-                Some((seen, pod)) if *seen == rv => pod.clone(),
-                _ => match pod_from_k8s(&p.to_k8s(), "default-scheduler") {
-                    Ok(mut pod) => {
-                        pod.creation_index = creation_ms(&p.metadata);
-                        let pod = Arc::new(pod);
-                        converted
-                            .pods
-                            .insert(key.clone(), (rv.clone(), pod.clone()));
-                        pod
-                    }
-                    Err(e) => {
-                        let regarding = Regarding::Pod(ObjectKey::new(
-                            p.metadata.namespace.as_deref().unwrap_or("default"),
-                            p.metadata.name.as_deref().unwrap_or(""),
-                        ));
-                        Self::tell_skipped(
-                            &mut converted,
-                            (regarding, &p.metadata),
-                            &e,
-                            "if phalanx schedules it, it stays pending until it is fixed; \
-                             if another scheduler does, its resources are not accounted",
-                        );
-                        continue;
-                    }
-                },
+            if converted
+                .bound_copies
+                .get(&key)
+                .is_some_and(|(seen, _)| *seen != rv)
+            {
+                converted.bound_copies.remove(&key);
+            }
+            let pod = match (converted.bound_copies.get(&key), &p.converted) {
+                // The copy `overlay_bind` made of this version.
+                (Some((seen, pod)), _) if *seen == rv => pod.clone(),
+                (_, Ok(pod)) => pod.clone(),
+                (_, Err(e)) => {
+                    let regarding = Regarding::Pod(ObjectKey::new(
+                        p.metadata.namespace.as_deref().unwrap_or("default"),
+                        p.metadata.name.as_deref().unwrap_or(""),
+                    ));
+                    Self::tell_skipped(
+                        &mut converted,
+                        (regarding, &p.metadata),
+                        e,
+                        "if phalanx schedules it, it stays pending until it is fixed; \
+                         if another scheduler does, its resources are not accounted",
+                    );
+                    continue;
+                }
             };
             let pod = overlay_bind(
                 &mut overlay,
@@ -1074,7 +1076,7 @@ impl Cluster for KubeCluster {
             }
             out.pods.push(pod);
         }
-        converted.pods.retain(|k, _| live.contains(k));
+        converted.bound_copies.retain(|k, _| live.contains(k));
         overlay.bound.retain(|k, _| live.contains(&k.to_string()));
         out.pods.sort_by(|a, b| a.key.cmp(&b.key));
         converted
@@ -1148,9 +1150,6 @@ mod tests {
         let unbound = Arc::new(Pod::new(key.clone(), crate::model::Resources::new()));
         let (mut overlay, mut converted) = (Overlay::default(), Converted::default());
         let version = ("team-a/w-0", "7");
-        converted
-            .pods
-            .insert(key.to_string(), ("7".into(), unbound.clone()));
         assert!(Arc::ptr_eq(
             &overlay_bind(&mut overlay, &mut converted, version, None, unbound.clone()),
             &unbound
@@ -1158,8 +1157,8 @@ mod tests {
         overlay.bound.insert(key.clone(), "node-1".into());
         let first = overlay_bind(&mut overlay, &mut converted, version, None, unbound.clone());
         assert_eq!(first.node_name.as_deref(), Some("node-1"));
-        // The next cycle finds the bound copy as the conversion of version 7.
-        let (seen, kept) = converted.pods[&key.to_string()].clone();
+        // The next cycle finds the bound copy, made of version 7.
+        let (seen, kept) = converted.bound_copies[&key.to_string()].clone();
         assert!(seen == "7" && Arc::ptr_eq(&kept, &first));
         let again = overlay_bind(&mut overlay, &mut converted, version, None, kept);
         assert!(Arc::ptr_eq(&again, &first) && overlay.bound.contains_key(&key));

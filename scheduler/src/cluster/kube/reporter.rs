@@ -51,7 +51,7 @@ pub(super) struct Reporter {
     pub(super) retry: RetryPolicy,
     pub(super) instance: String,
     pub(super) workers: usize,
-    pub(super) pods: Store<super::SlimPod>,
+    pub(super) pods: Store<super::CachedPod>,
     pub(super) pod_groups: Store<DynamicObject>,
     pub(super) overlay: Arc<Mutex<Overlay>>,
     /// Makes Event names unique within one nanosecond.

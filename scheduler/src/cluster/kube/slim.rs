@@ -1,4 +1,5 @@
-//! What the watch cache keeps of a pod: the fields phalanx reads, and nothing else.
+//! What the watch cache keeps of a pod: its conversion into the model, and the metadata
+//! the cache's other readers need.
 //!
 //! The cache holds every pod of the cluster. As k8s-openapi's `Pod` it cost about 8 KiB a
 //! pod at 20,000 pods (a heap profile, docs/benchmarks.md): the struct alone is about
@@ -7,9 +8,14 @@
 //! and watch responses (serde skips the fields it does not name) and keeps the metadata,
 //! the scheduling part of the spec (requests, selectors, affinity, tolerations, priority,
 //! node) and the phase. [`SlimPod::to_k8s`] rebuilds a `Pod` of those fields for
-//! `manifest::convert::pod_from_k8s`, once per version of a pod (the conversion is cached
-//! by resourceVersion), so there is one conversion and it cannot drift from this one:
-//! `a_slim_pod_converts_as_the_full_pod_it_was_read_from` checks they agree.
+//! `manifest::convert::pod_from_k8s`, so there is one conversion and it cannot drift from
+//! this one: `a_slim_pod_converts_as_the_full_pod_it_was_read_from` checks they agree.
+//!
+//! The cache does not keep the `SlimPod` itself but a [`CachedPod`]: the model pod
+//! converted as the list or watch response is read (or why it does not convert), and the
+//! metadata without the labels and annotations, which the model pod holds. The cache and
+//! the model held every pod twice before: 12.9 and 13.7 MiB of a replica's 47.6 MiB live
+//! at 500 nodes and 5,000 pods (docs/benchmarks.md).
 //!
 //! Quantities (requests, limits, overhead) are kept as short vectors, not k8s-openapi's
 //! `BTreeMap`s: a map's first node is about 540 bytes for the two or three entries a
@@ -18,11 +24,84 @@
 //! inline, is boxed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
+
+use super::convert::creation_ms;
+use crate::manifest::FieldError;
+use crate::manifest::convert::pod_from_k8s;
+use crate::model::Pod;
+
+/// A pod as the watch cache keeps it (see the module's comment).
+#[derive(Clone, Debug)]
+pub struct CachedPod {
+    /// Without labels, annotations and managed fields: name, namespace, uid and
+    /// resourceVersion are what the cache's readers take from it.
+    pub metadata: ObjectMeta,
+    node_name: Option<String>,
+    /// The model pod, or why the pod cannot be read (told once per version by the
+    /// snapshot; a pod that does not convert never fails the watch).
+    pub converted: Result<Arc<Pod>, Arc<FieldError>>,
+}
+
+impl CachedPod {
+    /// The node it is bound to, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+}
+
+impl From<SlimPod> for CachedPod {
+    fn from(slim: SlimPod) -> Self {
+        let node_name = slim.node_name().map(str::to_string);
+        let converted = pod_from_k8s(&slim.to_k8s(), "default-scheduler")
+            .map(|mut pod| {
+                pod.creation_index = creation_ms(&slim.metadata);
+                Arc::new(pod)
+            })
+            .map_err(Arc::new);
+        let mut metadata = slim.metadata;
+        metadata.labels = None;
+        metadata.annotations = None;
+        metadata.managed_fields = None;
+        Self {
+            metadata,
+            node_name,
+            converted,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        SlimPod::deserialize(deserializer).map(Self::from)
+    }
+}
+
+impl k8s_openapi::Resource for CachedPod {
+    const API_VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <core::Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <core::Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <core::Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
 
 /// A pod as the watch cache keeps it.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -106,27 +185,6 @@ pub struct SlimContainer {
 #[serde(rename_all = "camelCase")]
 pub struct SlimPodStatus {
     pub phase: Option<String>,
-}
-
-impl k8s_openapi::Resource for SlimPod {
-    const API_VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <core::Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <core::Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <core::Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <core::Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for SlimPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
 }
 
 impl SlimContainer {
@@ -234,6 +292,40 @@ mod tests {
         assert!(!want.required_node_terms.is_empty() && !want.tolerations.is_empty());
         assert_eq!(slim.node_name(), Some("gpu-node-0001"));
         assert_eq!(slim.metadata.uid.as_deref(), Some("u-1"));
+    }
+
+    /// The cache keeps the conversion, and of the metadata what its readers take: the
+    /// labels and annotations are in the model pod, not a second time beside it.
+    #[test]
+    fn a_cached_pod_is_its_conversion_and_the_metadata_without_what_the_model_holds() {
+        let full: core::Pod = serde_json::from_str(FULL).unwrap();
+        let cached: CachedPod = serde_json::from_str(FULL).unwrap();
+        let mut want = pod_from_k8s(&full, "default-scheduler").unwrap();
+        want.creation_index = creation_ms(&full.metadata);
+        let got = cached.converted.as_deref().unwrap();
+        assert_eq!(*got, want);
+        assert!(got.labels.contains_key("app") && got.annotations.contains_key("x"));
+        assert!(want.creation_index > 0);
+        assert_eq!(cached.node_name(), Some("gpu-node-0001"));
+        let meta = &cached.metadata;
+        assert_eq!(meta.uid.as_deref(), Some("u-1"));
+        assert_eq!(meta.resource_version.as_deref(), Some("42"));
+        assert_eq!(
+            (meta.namespace.as_deref(), meta.name.as_deref()),
+            (Some("team-a"), Some("w-0"))
+        );
+        assert!(meta.labels.is_none() && meta.annotations.is_none());
+    }
+
+    /// A pod that does not convert is kept with its error, to be told; a list or watch
+    /// response that carries one still reads.
+    #[test]
+    fn a_pod_that_does_not_convert_is_cached_with_why() {
+        let bad = FULL.replace(r#""nvidia.com/gpu": "8""#, r#""nvidia.com/gpu": "eight""#);
+        let cached: CachedPod = serde_json::from_str(&bad).unwrap();
+        let e = cached.converted.unwrap_err();
+        assert!(e.to_string().contains("eight"), "{e}");
+        assert_eq!(cached.metadata.uid.as_deref(), Some("u-1"));
     }
 
     #[test]
