@@ -3,10 +3,10 @@
 //!
 //! ```text
 //!            watch (kube-runtime watcher + reflector, restarted with backoff)
-//! API server ────────────────────────────────────────────▶ stores: Node, CachedPod (every pod),
-//!     ▲                                                    PodGroup, Queue, PriorityClass
-//!     │ token buckets (qps/burst) + bounded retries                 │ snapshot(): convert
-//!     │   pods/binding, PodGroup merge patch,                       ▼ (manifest::convert)
+//! API server ────────────────────────────────────────────▶ stores: Node, CachedPod (every pod,
+//!     ▲                                                    converted as read), PodGroup,
+//!     │ token buckets (qps/burst) + bounded retries        Queue, PriorityClass
+//!     │   pods/binding, PodGroup merge patch,                       ▼ snapshot(): convert the rest
 //!     └── events.k8s.io/v1 Event, Eviction  ◀──────────── scheduler (Cluster trait)
 //! ```
 //!
