@@ -141,10 +141,11 @@ pub mod name {
         /// Planned gangs past `--max-pods-per-cycle`, left for the next cycle.
         GANGS_DEFERRED = "phalanx_gangs_deferred_total", Counter,
             "Planned gangs left for the next cycle by --max-pods-per-cycle";
-        /// Events queued while writes were behind, replaced by a later Event of the same
-        /// object and reason before they were written.
+        /// Events queued and not written: replaced by a later Event of the same object
+        /// and reason, or dropped with the `Unschedulable` condition they told of when a
+        /// later status replaced it before it was written.
         EVENTS_REPLACED = "phalanx_events_replaced_total", Counter,
-            "Events replaced, before they were written, by a later Event of the same object and reason";
+            "Events not written: replaced by a later Event of the same object and reason, or dropped with the Unschedulable condition they told of";
         /// Cross-shard transactions ended, by `outcome` (committed, aborted, rejected,
         /// unfinished).
         TXNS = "phalanx_2pc_transactions_total", Counter, "Cross-shard transactions ended, by outcome";
