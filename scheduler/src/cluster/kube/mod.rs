@@ -158,7 +158,8 @@ pub enum KubeError {
 #[derive(Clone)]
 struct Stores {
     nodes: Store<core::Node>,
-    /// Every pod, as the fields phalanx reads (`slim.rs`).
+    /// Every pod, converted into the model as the watch reads it (`slim.rs`). A relist
+    /// converts every pod again, and the next cycle's state cache then rebuilds once.
     pods: Store<CachedPod>,
     pod_groups: Store<DynamicObject>,
     queues: Store<DynamicObject>,
@@ -886,9 +887,9 @@ pub const POD_WARNINGS_PER_SKIPPED_GROUP: usize = 16;
 
 /// The pod as bound when a bind made here is not in the cache yet (`cached_node` is what
 /// the cache shows). The bound copy is kept for the version it was made of, so such a pod
-/// is copied once, not once a cycle: at the peak of a 20,000-pod
-/// run 13,000 binds were not in the cache yet, 12 MiB copied every cycle (docs/
-/// benchmarks.md). The overlay's entry goes once the cache shows a node.
+/// is copied once, not once a cycle: at the peak of a 20,000-pod run 13,000 binds were not
+/// in the cache yet, 12 MiB copied every cycle (docs/benchmarks.md). The overlay's entry
+/// goes once the cache shows a node.
 fn overlay_bind(
     overlay: &mut Overlay,
     converted: &mut Converted,
@@ -977,16 +978,29 @@ fn rv_number(meta: &ObjectMeta) -> u64 {
         .unwrap_or(0)
 }
 
-impl Cluster for KubeCluster {
-    fn snapshot(&self) -> ClusterSnapshot {
-        let mut converted = self
+impl KubeCluster {
+    /// The conversions and the overlay, locked in the one order every caller takes them.
+    fn converted_and_overlay(
+        &self,
+    ) -> (
+        std::sync::MutexGuard<'_, Converted>,
+        std::sync::MutexGuard<'_, Overlay>,
+    ) {
+        let converted = self
             .converted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut overlay = self
+        let overlay = self
             .overlay
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (converted, overlay)
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn snapshot(&self) -> ClusterSnapshot {
+        let (mut converted, mut overlay) = self.converted_and_overlay();
         let mut out = ClusterSnapshot {
             now_ms: Self::now_ms(),
             ..ClusterSnapshot::default()

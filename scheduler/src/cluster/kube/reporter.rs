@@ -513,14 +513,7 @@ impl KubeCluster {
         &self,
         statuses: Vec<(ObjectKey, PodGroupStatus)>,
     ) -> Vec<(ObjectKey, PodGroupStatus, Urgency)> {
-        let converted = self
-            .converted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut overlay = self
-            .overlay
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (converted, mut overlay) = self.converted_and_overlay();
         statuses
             .into_iter()
             .map(|(key, status)| {
