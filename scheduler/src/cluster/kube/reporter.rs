@@ -66,16 +66,17 @@ pub(super) struct Reporter {
 /// Warning one cycle before it was placed (127 of 500 gangs in the 5,000-pod bench), and
 /// kwok, like a kubelet, starting a gang's pods over a few seconds made a count write a
 /// second. What changes meanwhile replaces the queued status, so the last one is written.
-pub(super) const STATUS_SETTLE: Duration = Duration::from_secs(1);
+const STATUS_SETTLE: Duration = Duration::from_secs(1);
 
 /// How long a status that changes only the counts waits while fewer of the gang's pods
 /// are counted (`running`, `succeeded`, `failed`) than its minMember: the gang is still
 /// starting, and the count that completes it ends the wait (it waits [`STATUS_SETTLE`]).
-pub(super) const STARTING_SETTLE: Duration = Duration::from_secs(5);
+const STARTING_SETTLE: Duration = Duration::from_secs(5);
 
-/// How soon a queued status is written, judged against the status the API server has.
+/// How soon a queued status is written, judged against the status its PodGroup has, or
+/// will have once the writes queued before it end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Urgency {
+enum Urgency {
     /// A new phase (or a PodGroup not read yet): at once.
     Now,
     /// The same phase, a new condition or new counts: [`STATUS_SETTLE`].
@@ -87,7 +88,7 @@ pub(super) enum Urgency {
 impl Urgency {
     /// `status` against the one its PodGroup has, or will have once the writes queued
     /// before it end, and its minMember (`None`: a PodGroup not read yet).
-    pub(super) fn of(status: &PodGroupStatus, before: Option<(&PodGroupStatus, u32)>) -> Self {
+    fn of(status: &PodGroupStatus, before: Option<(&PodGroupStatus, u32)>) -> Self {
         let Some((before, min_member)) = before else {
             return Self::Now;
         };
