@@ -103,7 +103,8 @@ impl k8s_openapi::Metadata for CachedPod {
     }
 }
 
-/// A pod as the watch cache keeps it.
+/// A pod as a list or watch response is read: the fields phalanx reads, converted at
+/// once into a [`CachedPod`].
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimPod {
