@@ -18,7 +18,7 @@ use crate::framework::plan::{CyclePlan, Event};
 use crate::framework::session::{JobId, Session, TaskStatus};
 use crate::framework::timeout::{TimeoutAction, format_duration};
 use crate::framework::view::RoundView;
-use crate::model::{ObjectKey, PodGroupCondition, PodGroupPhase, PodGroupStatus};
+use crate::model::{ObjectKey, PodGroupCondition, PodGroupPhase, PodGroupStatus, TimeMs};
 
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 pub const CONDITION_UNSCHEDULABLE: &str = "Unschedulable";
@@ -190,6 +190,26 @@ fn close(session: &mut Session) {
     }
 }
 
+/// How long an Unschedulable condition may go unrewritten while its reason stays the same
+/// (see [`unschedulable_recent`]).
+pub const UNSCHEDULABLE_REFRESH_MS: TimeMs = 60_000;
+
+/// Whether the Unschedulable condition `last` was written less than
+/// [`UNSCHEDULABLE_REFRESH_MS`] ago: one of the same reason is then not written again,
+/// whatever its message. A pending gang's message carries numbers that change whenever
+/// anything in the cluster does (free capacity, its queue's share), and which of several
+/// refusals it tells first changes with them; writing each was a status write and a
+/// Warning Event per pending gang per cycle (370,983 statuses and 352,040 Events for
+/// 100,000 pods in `phalanx-bench shards`). A new reason is written at once; the phase and
+/// the pod counts are status fields of their own, written when they change.
+fn unschedulable_recent(last: &PodGroupCondition, now_ms: TimeMs) -> bool {
+    last.kind == CONDITION_UNSCHEDULABLE
+        && now_ms
+            < last
+                .transition_time_ms
+                .saturating_add(UNSCHEDULABLE_REFRESH_MS)
+}
+
 /// The Events of a status change: one for a new phase and one for a new condition, or
 /// one for both when a gang is placed and changes phase in the same cycle (most gangs),
 /// the phase then in the condition's Event's message. Two Events per placed gang were a
@@ -357,9 +377,11 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
         None
     };
     let condition = condition.filter(|(kind, reason, message)| {
-        !old.conditions
-            .last()
-            .is_some_and(|c| c.kind == *kind && c.reason == *reason && c.message == *message)
+        !old.conditions.last().is_some_and(|c| {
+            c.kind == *kind
+                && c.reason == *reason
+                && (c.message == *message || unschedulable_recent(c, state.now_ms))
+        })
     });
     let inqueue_since_ms = match phase {
         PodGroupPhase::Inqueue => old
@@ -575,6 +597,61 @@ mod closed_reason_tests {
         assert!(
             session.state.jobs.iter().any(|j| j.shadow),
             "a shadow job is asked too"
+        );
+    }
+
+    /// A pending gang's Unschedulable condition of the same reason with a new message is
+    /// not written until the written one is a minute old; a new reason is written at once.
+    #[test]
+    fn an_unschedulable_condition_of_the_same_reason_waits_a_minute_to_be_written_again() {
+        let conf = SchedulerConf::volcano_default();
+        // Three pods of 2 GPUs on one node of 4 or 5: never fits.
+        let cluster = |status: Option<PodGroupStatus>, gpus: i64, now_ms: TimeMs| {
+            let mut group = crate::model::PodGroup::new(ObjectKey::new("default", "big"), 3);
+            group.queue = "default".into();
+            if let Some(status) = status {
+                group.status = status;
+            }
+            let mut c = Cluster::new()
+                .node("n1", &[(CPU, 8_000), (GPU, gpus)])
+                .group_with(group);
+            for i in 0..3 {
+                c = c.pod(&format!("big-{i}"), Some("big"), &[(GPU, 2)]);
+            }
+            let mut snapshot = c.build();
+            snapshot.now_ms = now_ms;
+            snapshot
+        };
+        let written = |snapshot: &ClusterSnapshot| {
+            let (plan, _) = crate::framework::run_cycle(snapshot, &conf, "phalanx");
+            plan.status_updates
+                .into_iter()
+                .find_map(|(k, s)| (k == ObjectKey::new("default", "big")).then_some(s))
+        };
+        let first = written(&cluster(None, 4, 0)).expect("a first status");
+        let said = |s: &PodGroupStatus| s.conditions.last().map(|c| c.message.clone());
+        assert_eq!(
+            first.conditions.last().map(|c| c.kind.as_str()),
+            Some(CONDITION_UNSCHEDULABLE)
+        );
+        // A GPU more on the node: a new message, the same reason.
+        let half_minute = written(&cluster(Some(first.clone()), 5, 30_000));
+        assert_eq!(half_minute, None, "the same reason, 30 s after");
+        let minute = written(&cluster(Some(first.clone()), 5, 60_000)).expect("a minute after");
+        assert_ne!(said(&minute), said(&first), "{:?}", said(&minute));
+        assert_eq!(
+            minute.conditions.last().map(|c| c.transition_time_ms),
+            Some(60_000)
+        );
+        // The same message written again is not a change at any age.
+        assert_eq!(written(&cluster(Some(first.clone()), 4, 600_000)), None);
+        // A new reason is written at once.
+        let mut other = first.clone();
+        other.conditions.last_mut().expect("a condition").reason = "QueueClosed".into();
+        let now = written(&cluster(Some(other), 4, 1)).expect("a new reason, at once");
+        assert_eq!(
+            now.conditions.last().map(|c| c.reason.as_str()),
+            Some("NotEnoughResources")
         );
     }
 
