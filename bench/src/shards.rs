@@ -39,7 +39,7 @@ pub struct ShardBench {
 
 /// One run of the grid. Serialized as the JSON line of `shards --json`, which the suite
 /// runs as a process of its own per measurement point (`suite/child.rs`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub replicas: u64,
     pub shards: u32,
@@ -78,6 +78,21 @@ pub struct Row {
     pub perform_s: f64,
     /// Rounds whose view started from the last round's state patched with what changed,
     /// and rounds that built it from the whole snapshot (`framework::state_cache`).
+    /// Wall seconds of `perform_s` spent waiting on the ledger: proposals, and state reads
+    /// (how many), and the pool views the pumps opened.
+    #[serde(default)]
+    pub ledger_propose_s: f64,
+    #[serde(default)]
+    pub ledger_read_s: f64,
+    #[serde(default)]
+    pub ledger_reads: u64,
+    #[serde(default)]
+    pub views_opened: u64,
+    /// PodGroup statuses written and Events recorded over the run.
+    #[serde(default)]
+    pub statuses_written: u64,
+    #[serde(default)]
+    pub events_recorded: u64,
     #[serde(default)]
     pub state_patched: u64,
     #[serde(default)]
@@ -235,6 +250,12 @@ pub fn one(b: &ShardBench, replicas: u64, shards: u32) -> Result<Row> {
         grpc_batches: report.coord_batches_grpc,
         plan_s,
         perform_s,
+        ledger_propose_s: report.ledger_propose_ns as f64 / 1e9,
+        ledger_read_s: report.ledger_read_ns as f64 / 1e9,
+        ledger_reads: report.ledger_reads,
+        views_opened: report.views_opened,
+        statuses_written: report.statuses_written,
+        events_recorded: report.events_recorded,
         state_patched: report.state_cache.patches,
         state_built: report.state_cache.builds,
         proposals_by_content: report.proposals_by_content(),
@@ -319,13 +340,19 @@ pub fn run(b: &ShardBench) -> Result<()> {
             let (grpc, refused, local) = row.messages;
             let (aborted, rejected, unfinished, expired) = row.not_committed;
             notes.push(format!(
-                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s, between them {:.1} s; round states: {} patched, {} built whole; proposals by content: {}",
+                "R={} S={}: 2PC messages: {grpc} sent over gRPC in {} batches, {refused} refused or lost, {local} within a replica; transactions not committed: {aborted} aborted, {rejected} rejected, {unfinished} unfinished, {expired} expired; wall time: planning {:.1} s, performing {:.1} s (waiting on the ledger: {:.1} s for proposals, {:.1} s for {} state reads; {} pool views opened), between them {:.1} s; {} PodGroup statuses written, {} Events recorded; round states: {} patched, {} built whole; proposals by content: {}",
                 row.replicas,
                 row.shards,
                 row.grpc_batches,
                 row.plan_s,
                 row.perform_s,
+                row.ledger_propose_s,
+                row.ledger_read_s,
+                row.ledger_reads,
+                row.views_opened,
                 row.wall_s - row.plan_s - row.perform_s,
+                row.statuses_written,
+                row.events_recorded,
                 row.state_patched,
                 row.state_built,
                 row.proposals_by_content

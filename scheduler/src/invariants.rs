@@ -11,7 +11,7 @@
 //! | — | no leaked reservation: no pod stays reserved by a decided (or forgotten) transaction | [`check_no_leaked_reservation`] |
 //! | — | state cache: the state kept from round to round equals the one built from the snapshot | [`check_state_cache`] |
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use phalanx_statestore::ledger::{
@@ -52,27 +52,31 @@ pub fn check_state_cache(cache: &StateCache, snapshot: &ClusterSnapshot) -> Vec<
 /// I1. Only nodes that hold a pod placed during this run are judged: a workload that starts
 /// over-committed by other schedulers' pods is the input's fault, not ours.
 pub fn check_no_double_booking(sim: &SimCluster) -> Vec<Violation> {
-    let mut used: HashMap<&str, Resources> = HashMap::new();
-    let mut pods: HashMap<&str, u32> = HashMap::new();
-    let mut ours: HashMap<&str, bool> = HashMap::new();
+    /// What the pods bound to one node ask for, and whether this scheduler bound one.
+    #[derive(Default)]
+    struct NodeUse {
+        used: Resources,
+        pods: u32,
+        ours: bool,
+    }
+    let mut by_node: crate::FastMap<&str, NodeUse> = crate::FastMap::default();
     for pod in sim.pods() {
         if let Some(node) = pod.node_name.as_deref()
             && pod.occupies_node()
         {
-            used.entry(node).or_default().add(&pod.requests);
-            *pods.entry(node).or_default() += 1;
-            if sim.was_bound_here(&pod.key) {
-                ours.insert(node, true);
-            }
+            let u = by_node.entry(node).or_default();
+            u.used.add(&pod.requests);
+            u.pods += 1;
+            // A node with one pod of ours is checked; its other pods need not be looked up.
+            u.ours = u.ours || sim.was_bound_here(&pod.key);
         }
     }
     let mut out = Vec::new();
     for node in sim.nodes() {
-        if !ours.get(node.name.as_str()).copied().unwrap_or(false) {
+        let Some(u) = by_node.get(node.name.as_str()).filter(|u| u.ours) else {
             continue;
-        }
-        let u = used.get(node.name.as_str()).cloned().unwrap_or_default();
-        if let Some((resource, want, have)) = u.first_shortage(&node.allocatable) {
+        };
+        if let Some((resource, want, have)) = u.used.first_shortage(&node.allocatable) {
             out.push(Violation {
                 invariant: "I1 no double-booking",
                 detail: format!(
@@ -83,7 +87,7 @@ pub fn check_no_double_booking(sim: &SimCluster) -> Vec<Violation> {
                 ),
             });
         }
-        let count = i64::from(pods.get(node.name.as_str()).copied().unwrap_or(0));
+        let count = i64::from(u.pods);
         if count > node.max_pods {
             out.push(Violation {
                 invariant: "I1 no double-booking",

@@ -94,6 +94,51 @@ fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
     assert_all_accepted(&verdicts);
 }
 
+/// Lists proposed together (`propose_raw_each`: the simulator's replicas, each proposing
+/// its own, as processes of their own would) are each answered in order, each cut into
+/// pieces under the proposal limit, and a refusal in one list stays in that list.
+#[test]
+fn lists_proposed_together_are_each_answered_in_order_even_in_pieces() {
+    let mut ledger = RaftLedger::start(3).expect("raft starts");
+    let nodes = nodes();
+    let refs: Vec<&Node> = nodes.iter().collect();
+    ledger.load(&refs, &[]).expect("loads");
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for (g, gang) in plan().into_iter().enumerate() {
+        if g % 2 == 0 {
+            first.push(gang);
+        } else {
+            second.push(gang);
+        }
+    }
+    // One gang of the first list names a node the ledger does not know: refused, alone.
+    let lost = first.len() / 2;
+    first[lost].placements[0].node = "node-none".into();
+    let lists = [&first, &second].map(|gangs| place_at(Fence::SINGLE, gangs));
+    let sizes = lists.clone().map(|cmds| command_sizes(&cmds));
+    let answers = ledger.propose_raw_each(lists.into_iter().chain([Vec::new()]).collect());
+    assert_eq!(answers.len(), 3, "one answer per list, the empty one too");
+    let mut answers = answers.into_iter();
+    for (i, (gangs, sizes)) in [&first, &second].into_iter().zip(&sizes).enumerate() {
+        let responses = answers
+            .next()
+            .expect("answered")
+            .expect("proposed in pieces");
+        let verdicts = gang_verdicts(&responses, sizes);
+        assert_eq!(verdicts.len(), gangs.len(), "list {i}");
+        for (g, v) in verdicts.iter().enumerate() {
+            let refused = i == 0 && g == lost;
+            assert_eq!(*v != Verdict::Accepted, refused, "list {i} gang {g}: {v:?}");
+        }
+    }
+    assert_eq!(
+        answers.next().map(|a| a.expect("nothing to propose")),
+        Some(Vec::new())
+    );
+    let state = ledger.state().expect("readable");
+    assert_eq!(state.placements.len(), (GANGS - 1) * PODS_PER_GANG);
+}
+
 /// Fails naming how many verdicts were not `Accepted`, and the first of them.
 fn assert_all_accepted(verdicts: &[Verdict]) {
     let refused: Vec<(usize, &Verdict)> = verdicts

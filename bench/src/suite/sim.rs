@@ -482,6 +482,7 @@ mod tests {
             state_patched: 99,
             state_built: 1,
             proposals_by_content: String::new(),
+            ..Default::default()
         };
         child::Outcome::Measured(Box::new(crate::shards::PointReport {
             row,

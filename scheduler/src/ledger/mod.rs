@@ -146,6 +146,13 @@ pub trait PlacementLedger {
         &mut self,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError>;
+    /// [`Self::propose_raw`] for each list, as independent writers would propose them:
+    /// their order in the ledger is not given, so the lists must not depend on each other
+    /// (they write disjoint shards). One result per list, in order.
+    fn propose_raw_each(
+        &mut self,
+        lists: Vec<Vec<LedgerCommand>>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>>;
 }
 
 /// What a ledger implementation provides: proposing commands (in order, as few entries as
@@ -166,6 +173,17 @@ pub trait LedgerBackend {
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
         self.propose_all(commands)
+    }
+    /// Lists that do not depend on each other, proposed in any order (see
+    /// [`PlacementLedger::propose_raw_each`]); the default proposes them one by one.
+    fn propose_raw_each(
+        &mut self,
+        lists: Vec<Vec<LedgerCommand>>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        lists
+            .into_iter()
+            .map(|commands| self.propose_raw(commands))
+            .collect()
     }
     /// The shard and owner epoch this backend writes with (fencing, I4). The simulator's
     /// single owner keeps the default; `phalanx serve` writes with the epoch it took.
@@ -276,6 +294,13 @@ impl<T: LedgerBackend> PlacementLedger for T {
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
         LedgerBackend::propose_raw(self, commands)
+    }
+
+    fn propose_raw_each(
+        &mut self,
+        lists: Vec<Vec<LedgerCommand>>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        LedgerBackend::propose_raw_each(self, lists)
     }
 }
 

@@ -97,30 +97,47 @@ pub(crate) fn propose_through(
     stop_at_refusal: bool,
     entries: &mut u64,
 ) -> Result<Vec<LedgerResponse>, LedgerError> {
+    let (answered, proposed) = handle.block_on(propose_split(client, commands, stop_at_refusal));
+    *entries += proposed;
+    answered
+}
+
+/// [`propose_through`] as a future: the answers and the Raft entries proposed.
+async fn propose_split(
+    client: &LedgerClient,
+    commands: Vec<LedgerCommand>,
+    stop_at_refusal: bool,
+) -> (Result<Vec<LedgerResponse>, LedgerError>, u64) {
     let count = commands.len();
+    let mut entries = 0;
+    let batches = match split_for_ledger(commands, MAX_COMMANDS_PER_BATCH) {
+        Ok(b) => b,
+        Err(e) => return (Err(e), entries),
+    };
     // Within the entry's command and byte limits (a large plan is cut, never refused
     // whole); one response per command comes back.
     let mut answered = Vec::with_capacity(count);
-    for batch in split_for_ledger(commands, MAX_COMMANDS_PER_BATCH)? {
+    for batch in batches {
         let (indices, commands): (Vec<(usize, Vec<String>)>, Vec<LedgerCommand>) = batch
             .into_iter()
             .map(|p| ((p.index, gang_names(&p.command)), p.command))
             .unzip();
-        *entries += 1;
-        let committed = handle
-            .block_on(client.propose(&LedgerBatch { commands }))
-            .map_err(|e| match e {
-                ClientError::Ambiguous(why) => LedgerError::Ambiguous(why),
-                other => LedgerError::Unavailable(other.to_string()),
-            })?;
+        entries += 1;
+        let committed = match client.propose(&LedgerBatch { commands }).await {
+            Ok(c) => c,
+            Err(ClientError::Ambiguous(why)) => {
+                return (Err(LedgerError::Ambiguous(why)), entries);
+            }
+            Err(other) => return (Err(LedgerError::Unavailable(other.to_string())), entries),
+        };
         for ((index, gangs), r) in indices.into_iter().zip(committed.responses) {
             if let (true, LedgerResponse::Refused(reason)) = (stop_at_refusal, &r) {
-                return Err(LedgerError::Refused(reason.clone()));
+                return (Err(LedgerError::Refused(reason.clone())), entries);
             }
             answered.push((index, gangs, r));
         }
     }
-    Ok(merge(count, answered))
+    (Ok(merge(count, answered)), entries)
 }
 
 /// A linearizable read of the whole ledger state through `client`: `mirror` fetches what
@@ -160,6 +177,28 @@ impl LedgerBackend for RaftLedger {
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
         let handle = self.runtime.handle();
         propose_through(handle, &self.client, commands, false, &mut self.entries)
+    }
+
+    /// Every list at once, as replicas in processes of their own would propose them: the
+    /// leader takes them in whatever order they arrive, and may append them together.
+    fn propose_raw_each(
+        &mut self,
+        lists: Vec<Vec<LedgerCommand>>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        let client = &self.client;
+        let all = futures::future::join_all(
+            lists
+                .into_iter()
+                .map(|commands| propose_split(client, commands, false)),
+        );
+        let answers = self.runtime.block_on(all);
+        answers
+            .into_iter()
+            .map(|(answered, proposed)| {
+                self.entries += proposed;
+                answered
+            })
+            .collect()
     }
 
     fn raft_entries(&self) -> Option<u64> {

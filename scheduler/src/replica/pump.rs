@@ -118,6 +118,20 @@ pub trait PumpDriver {
         cmds: Vec<LedgerCommand>,
     ) -> Option<Vec<LedgerResponse>>;
 
+    /// One batch per replica ([`Self::propose_batch`] each), from the replicas that had
+    /// proposals waiting when the pump's work ran dry; one answer per batch, in order. A
+    /// driver that runs several replicas may send them together: each replica writes only
+    /// its own shards, so no answer depends on their order in the ledger.
+    fn propose_batches(
+        &mut self,
+        batches: Vec<(ReplicaId, Vec<LedgerCommand>)>,
+    ) -> Vec<Option<Vec<LedgerResponse>>> {
+        batches
+            .into_iter()
+            .map(|(by, cmds)| self.propose_batch(by, cmds))
+            .collect()
+    }
+
     /// The owner of `shard` and its epoch, as the driver knows them now.
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)>;
 
@@ -457,15 +471,19 @@ fn answer(
         }
     }
     let mut answers: Vec<Option<LedgerResponse>> = vec![None; asked.len()];
-    for (by, members) in batches {
-        let cmds = members
-            .iter()
-            .filter_map(|i| asked[*i].cmd.take())
-            .collect();
-        let Some(rs) = driver
-            .propose_batch(by, cmds)
-            .filter(|rs| rs.len() == members.len())
-        else {
+    let lists = batches
+        .iter()
+        .map(|(by, members)| {
+            let cmds = members
+                .iter()
+                .filter_map(|i| asked[*i].cmd.take())
+                .collect();
+            (*by, cmds)
+        })
+        .collect();
+    let answered = driver.propose_batches(lists);
+    for ((_, members), rs) in batches.into_iter().zip(answered) {
+        let Some(rs) = rs.filter(|rs| rs.len() == members.len()) else {
             continue;
         };
         for (i, r) in members.into_iter().zip(rs) {

@@ -215,6 +215,18 @@ pub struct ShardReport {
     /// batch with replicas) and the commands in them.
     pub ledger_proposals: u64,
     pub ledger_commands: u64,
+    /// Wall time the runtime spent waiting on the ledger: its proposals (each a Raft
+    /// round trip with replicas) and its state reads (linearizable with replicas), and how
+    /// many reads it made. The part of a round's performing that is not this runtime's own
+    /// work.
+    pub ledger_propose_ns: u64,
+    pub ledger_read_ns: u64,
+    pub ledger_reads: u64,
+    /// Pool views the pumps opened (one per pump whose participants pick nodes).
+    pub views_opened: u64,
+    /// PodGroup statuses written and Events recorded (in `phalanx serve`, API writes).
+    pub statuses_written: u64,
+    pub events_recorded: u64,
     /// Proposals by what they carried ([`proposal_content`], e.g. "PlaceGangs+TxnBegin"):
     /// where a round's proposals go.
     pub proposals_by_content: BTreeMap<String, u64>,
@@ -227,6 +239,24 @@ pub struct ShardReport {
     /// leading replica's shards; all of them with a one-replica ledger, where no replica
     /// dies) and how long until the next pod was bound on a node of one of them.
     pub failovers: Vec<FailoverRecord>,
+}
+
+impl ShardReport {
+    /// The ledger's state, the wait counted in `ledger_read_ns`.
+    fn read_ledger(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+    ) -> Result<Arc<LedgerState>, LedgerError> {
+        let waited = std::time::Instant::now();
+        let state = ledger.state();
+        self.ledger_reads += 1;
+        self.ledger_read_ns += nanos_since(waited);
+        state
+    }
+}
+
+fn nanos_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Kill → next successful bind on a lost shard's pool.
@@ -876,7 +906,7 @@ impl ShardRuntime {
             return;
         }
         if state.is_none() {
-            match ledger.state() {
+            match self.report.read_ledger(ledger) {
                 Ok(s) => *state = Some(s),
                 Err(_) => {
                     self.dirty = true;
@@ -906,28 +936,62 @@ impl ShardRuntime {
 }
 
 impl ShardRuntime {
-    /// Proposes fenced commands on behalf of replica `by` (`None`: the leader role); every
-    /// response is checked for I4 against the shard map, and a stale-epoch refusal is
-    /// recorded (the proposer then learns the new epoch).
-    fn propose(
+    /// Proposes each replica's fenced commands, the lists together (each a replica's own,
+    /// on disjoint shards) as replicas in processes of their own would: one round trip for
+    /// all of them rather than one each. Every response is checked for I4 against the
+    /// shard map, and a stale-epoch refusal is recorded (the proposer then learns the new
+    /// epoch). An empty list proposes nothing (with Raft it would still take a round trip
+    /// and an entry). One result per list, in order.
+    fn propose_each(
         &mut self,
         ledger: &mut dyn PlacementLedger,
-        by: Option<ReplicaId>,
-        commands: Vec<LedgerCommand>,
-    ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        if commands.is_empty() {
-            // Nothing to write (`flush_outboxes` of a replica with nothing queued): no
-            // proposal, which with Raft would still take a round trip and an entry.
-            return Ok(Vec::new());
+        lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        let mut results: Vec<Option<Result<Vec<LedgerResponse>, LedgerError>>> =
+            Vec::with_capacity(lists.len());
+        let mut going: Vec<(usize, ReplicaId, Vec<LedgerCommand>)> = Vec::new();
+        for (i, (by, commands)) in lists.into_iter().enumerate() {
+            if commands.is_empty() {
+                results.push(Some(Ok(Vec::new())));
+                continue;
+            }
+            match self.admit_proposal(by, &commands) {
+                Ok(()) => {
+                    results.push(None);
+                    going.push((i, by, commands));
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
         }
-        if let Some(id) = by
-            && self
-                .replicas
-                .get(&id)
-                .is_some_and(|r| r.health == Health::Isolated)
+        let waited = std::time::Instant::now();
+        let answers = ledger.propose_raw_each(going.iter().map(|(_, _, c)| c.clone()).collect());
+        self.report.ledger_propose_ns += nanos_since(waited);
+        for ((i, by, commands), answer) in going.into_iter().zip(answers) {
+            if let Ok(responses) = &answer {
+                self.check_responses(by, &commands, responses);
+            }
+            results[i] = Some(answer);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every list answered above"))
+            .collect()
+    }
+
+    /// Whether `by` may propose now (a replica cut off from the ledger may not), counting
+    /// the proposal.
+    fn admit_proposal(
+        &mut self,
+        by: ReplicaId,
+        commands: &[LedgerCommand],
+    ) -> Result<(), LedgerError> {
+        if self
+            .replicas
+            .get(&by)
+            .is_some_and(|r| r.health == Health::Isolated)
         {
             return Err(LedgerError::Unavailable(format!(
-                "replica {id} is cut off from the ledger"
+                "replica {by} is cut off from the ledger"
             )));
         }
         self.report.ledger_proposals += 1;
@@ -935,10 +999,19 @@ impl ShardRuntime {
         *self
             .report
             .proposals_by_content
-            .entry(proposal_content(&commands))
+            .entry(proposal_content(commands))
             .or_default() += 1;
-        let responses = ledger.propose_raw(commands.clone())?;
-        for (cmd, response) in commands.iter().zip(&responses) {
+        Ok(())
+    }
+
+    /// I4 for each fenced command's response, and what a stale epoch teaches `by`.
+    fn check_responses(
+        &mut self,
+        by: ReplicaId,
+        commands: &[LedgerCommand],
+        responses: &[LedgerResponse],
+    ) {
+        for (cmd, response) in commands.iter().zip(responses) {
             if cmd.fence().is_none() {
                 continue;
             }
@@ -947,21 +1020,17 @@ impl ShardRuntime {
             self.report.checks_failed += found.len() as u64;
             self.violations.extend(found);
             if let Some(Refusal::StaleEpoch { .. }) = response.refusal() {
-                let who = by.map_or_else(|| "the leader".to_string(), |r| format!("replica {r}"));
                 self.report.stale_writes_refused.push(format!(
-                    "{who}: {} refused: {}",
+                    "replica {by}: {} refused: {}",
                     command_name(cmd),
                     response
                         .refusal()
                         .map(ToString::to_string)
                         .unwrap_or_default()
                 ));
-                if let Some(id) = by {
-                    self.learn(id, None, 0);
-                }
+                self.learn(by, None, 0);
             }
         }
-        Ok(responses)
     }
 
     /// Delivers messages and performs the machines' commands until nothing is left (the
@@ -1134,6 +1203,19 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
         self.rt.propose_grouped(self.ledger, by, cmds).ok()
     }
 
+    /// The replicas' batches of one wave together, as replicas in processes of their own
+    /// propose: they write disjoint shards, so their order in the log changes no answer.
+    fn propose_batches(
+        &mut self,
+        batches: Vec<(ReplicaId, Vec<LedgerCommand>)>,
+    ) -> Vec<Option<Vec<LedgerResponse>>> {
+        self.rt
+            .propose_grouped_each(self.ledger, batches)
+            .into_iter()
+            .map(Result::ok)
+            .collect()
+    }
+
     fn owner(&self, shard: ShardId) -> Option<(ReplicaId, Epoch)> {
         self.rt.owners.get(&shard).copied()
     }
@@ -1179,25 +1261,24 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
 
     fn open_view(&mut self) -> Result<PoolView, String> {
         let (conf, name) = &self.rt.scheduler;
+        self.rt.report.views_opened += 1;
         let state = self
-            .ledger
-            .state()
+            .rt
+            .report
+            .read_ledger(self.ledger)
             .map_err(|e| format!("reading the ledger to pick nodes: {e}"))?;
         // The cluster as it is now, not the state the round's view was made from: the
         // round's evictions free nodes that state still shows taken (a preemptor in
         // another pool would wait a round). Pending pods neither occupy a node nor are
         // picked for, except those of this run's open transactions: leaving the others
         // out cuts the cost of opening the view (once per pump that picks) by about 40 %.
-        let mut snapshot = self.sim.snapshot();
-        let picked_for: crate::FastSet<&ObjectKey> = self
+        let picked_for: BTreeSet<&ObjectKey> = self
             .rt
             .started
             .values()
             .flat_map(|g| g.placements.iter().map(|p| &p.pod))
             .collect();
-        snapshot
-            .pods
-            .retain(|p| p.occupies_node() || picked_for.contains(&p.key));
+        let snapshot = self.sim.snapshot_occupying(&picked_for);
         Ok(PoolView::open(
             &snapshot,
             conf,
@@ -1412,13 +1493,44 @@ impl ShardRuntime {
         by: ReplicaId,
         commands: Vec<LedgerCommand>,
     ) -> Result<Vec<LedgerResponse>, LedgerError> {
-        let queued = self.outbox.take(by);
-        if queued.is_empty() {
-            return self.propose(ledger, Some(by), commands);
+        self.propose_grouped_each(ledger, vec![(by, commands)])
+            .pop()
+            .expect("one answer per list")
+    }
+
+    /// [`Self::propose_grouped`] for several replicas, their proposals sent together
+    /// ([`Self::propose_each`]). One result per list, in order.
+    fn propose_grouped_each(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        let mut grouped = Vec::with_capacity(lists.len());
+        let mut batches = Vec::with_capacity(lists.len());
+        for (by, commands) in lists {
+            let queued = self.outbox.take(by);
+            let (batch, counts) = group_commit::batch(&queued, commands);
+            grouped.push((queued, counts));
+            batches.push((by, batch));
         }
-        let (batch, counts) = group_commit::batch(&queued, commands);
-        let answered = self.propose(ledger, Some(by), batch).and_then(|r| {
-            group_commit::split_answers(r, &counts).ok_or_else(|| {
+        let answers = self.propose_each(ledger, batches);
+        grouped
+            .into_iter()
+            .zip(answers)
+            .map(|((queued, counts), answer)| self.settle_group(queued, &counts, answer))
+            .collect()
+    }
+
+    /// Settles the queued writes that rode in a batch and returns the answers to the
+    /// batch's own commands.
+    fn settle_group(
+        &mut self,
+        queued: Vec<Deferred>,
+        counts: &[usize],
+        answer: Result<Vec<LedgerResponse>, LedgerError>,
+    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+        let answered = answer.and_then(|r| {
+            group_commit::split_answers(r, counts).ok_or_else(|| {
                 LedgerError::Unexpected("fewer answers than commands in a batch".into())
             })
         });
@@ -1532,7 +1644,7 @@ impl ShardRuntime {
         ledger: &mut dyn PlacementLedger,
         errors: &mut Vec<String>,
     ) {
-        let state = match ledger.state() {
+        let state = match self.report.read_ledger(ledger) {
             Ok(s) => s,
             Err(e) => {
                 errors.push(format!("reading the ledger to retry unbound commits: {e}"));
@@ -1804,6 +1916,7 @@ impl ShardRuntime {
         }
         let mut done_shards: BTreeSet<ShardId> = BTreeSet::new();
         let mut work = VecDeque::new();
+        let mut turns = Vec::new();
         for id in &order {
             if !running(self, id) {
                 continue;
@@ -1856,16 +1969,22 @@ impl ShardRuntime {
                 });
             }
             // The begins of the new transactions ride in the proposal of the local gangs.
-            let mut begins = self.take_begins(sim, ledger, *id, starts, &mut work);
-            let answers = self.commit_local(
-                sim,
-                ledger,
-                (*id, &owned),
-                local,
-                begins.commands(),
-                (cycle, outcome),
-            );
-            begins.answered(answers.as_deref(), &mut work);
+            let mut own_work = VecDeque::new();
+            let mut begins = self.take_begins(sim, ledger, *id, starts, &mut own_work);
+            let commit = LocalCommit::new(&owned, local, begins.commands());
+            turns.push((*id, commit, begins, own_work));
+        }
+        // The replicas' proposals go together, as from processes of their own; what they
+        // lead to is queued replica by replica, in turn order.
+        let lists = turns
+            .iter_mut()
+            .map(|(id, commit, _, _)| (*id, std::mem::take(&mut commit.cmds)))
+            .collect();
+        let answers = self.propose_local_each(ledger, lists);
+        for ((id, commit, begins, mut own_work), answer) in turns.into_iter().zip(answers) {
+            let begun = self.after_local(sim, id, commit, answer, (cycle, outcome));
+            begins.answered(begun.as_deref(), &mut own_work);
+            work.append(&mut own_work);
         }
         // The replicas' cross-shard transactions run at the same time: their messages are
         // interleaved in one pump, first come first served.
@@ -1897,11 +2016,12 @@ impl ShardRuntime {
                 .filter(|(s, (o, _))| o == id && done_shards.contains(s))
                 .map(|(s, _)| *s)
                 .collect();
+            let bound: HashSet<&ObjectKey> = performed.gangs.iter().map(|p| &p.gang).collect();
             let not_bound: HashSet<&ObjectKey> = plan
                 .gangs
                 .iter()
                 .map(|g| &g.gang)
-                .filter(|k| !performed.gangs.iter().any(|p| &p.gang == *k))
+                .filter(|k| !bound.contains(k))
                 .collect();
             for (key, status) in &plan.status_updates {
                 if not_bound.contains(key) || !mine.contains(&self.home(sim, key)) {
@@ -1910,6 +2030,7 @@ impl ShardRuntime {
                 if let Err(e) = sim.update_pod_group_status(key, status) {
                     outcome.bind_errors.push(format!("status of {key}: {e}"));
                 }
+                self.report.statuses_written += 1;
                 performed.status_updates.push((key.clone(), status.clone()));
             }
             for event in &plan.events {
@@ -1919,44 +2040,57 @@ impl ShardRuntime {
                     continue;
                 }
                 let _ = sim.record_event(event);
+                self.report.events_recorded += 1;
             }
         }
         performed
     }
 
-    /// Replica `id` commits its home shards' gangs that lie in one pool: every shard's
-    /// `PlaceGangs` in one proposal, behind its queued marks and releases (group commit),
-    /// the ledger judging each gang alone; then it binds the gangs accepted. The `begins`
-    /// of its new transactions ride behind them; their answers are returned (`None`:
+    /// The replicas' round proposals ([`LocalCommit`]) together: those with nothing to
+    /// write propose nothing (their queued marks and releases wait for their next
+    /// proposal) and are answered with no answers.
+    fn propose_local_each(
+        &mut self,
+        ledger: &mut dyn PlacementLedger,
+        lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
+    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+        let (going, idle): (Vec<_>, Vec<_>) = lists
+            .into_iter()
+            .enumerate()
+            .partition(|(_, (_, cmds))| !cmds.is_empty());
+        let (at, going): (Vec<usize>, Vec<_>) = going.into_iter().unzip();
+        let mut answers: Vec<Option<Result<Vec<LedgerResponse>, LedgerError>>> =
+            (0..at.len() + idle.len()).map(|_| None).collect();
+        for (i, _) in idle {
+            answers[i] = Some(Ok(Vec::new()));
+        }
+        for (i, answer) in at.into_iter().zip(self.propose_grouped_each(ledger, going)) {
+            answers[i] = Some(answer);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every list answered above"))
+            .collect()
+    }
+
+    /// Replica `id`'s round proposal answered: binds the gangs the ledger accepted, records
+    /// the refusals, and returns the answers to the begins that rode behind them (`None`:
     /// unknown, and the coordinators propose them again on a tick).
-    fn commit_local(
+    fn after_local(
         &mut self,
         sim: &mut SimCluster,
-        ledger: &mut dyn PlacementLedger,
-        (id, owned): (ReplicaId, &BTreeMap<ShardId, Epoch>),
-        local: BTreeMap<ShardId, Vec<GangPlacement>>,
-        begins: Vec<LedgerCommand>,
+        id: ReplicaId,
+        commit: LocalCommit,
+        answer: Result<Vec<LedgerResponse>, LedgerError>,
         (cycle, outcome): (u32, &mut RunOutcome),
     ) -> Option<Vec<LedgerResponse>> {
-        let (mut cmds, mut gangs) = (Vec::new(), Vec::new());
-        for (shard, g) in local {
-            cmds.extend(place_at(
-                Fence {
-                    shard,
-                    epoch: owned[&shard],
-                },
-                &g,
-            ));
-            gangs.extend(g);
-        }
-        let sizes = command_sizes(&cmds);
-        let placed = cmds.len();
-        cmds.extend(begins);
-        if cmds.is_empty() {
-            // The queued marks and releases wait for the replica's next proposal.
-            return Some(Vec::new());
-        }
-        let mut responses = match self.propose_grouped(ledger, id, cmds) {
+        let LocalCommit {
+            gangs,
+            sizes,
+            placed,
+            ..
+        } = commit;
+        let mut responses = match answer {
             Ok(responses) if responses.len() >= placed => responses,
             Ok(_) => {
                 let e = format!("cycle {cycle}: replica {id}: fewer answers than commands");
@@ -2033,6 +2167,47 @@ impl ShardRuntime {
         self.report.checks += 2;
         self.report.checks_failed += found.len() as u64;
         found
+    }
+}
+
+/// A replica's round proposal: its home shards' gangs that lie in one pool, every shard's
+/// `PlaceGangs` in one proposal (behind its queued marks and releases: group commit, the
+/// ledger judging each gang alone), with the begins of its new transactions behind them.
+struct LocalCommit {
+    /// Taken when proposed.
+    cmds: Vec<LedgerCommand>,
+    gangs: Vec<GangPlacement>,
+    /// Gangs per `PlaceGangs` command, and how many commands are `PlaceGangs`.
+    sizes: Vec<usize>,
+    placed: usize,
+}
+
+impl LocalCommit {
+    fn new(
+        owned: &BTreeMap<ShardId, Epoch>,
+        local: BTreeMap<ShardId, Vec<GangPlacement>>,
+        begins: Vec<LedgerCommand>,
+    ) -> Self {
+        let (mut cmds, mut gangs) = (Vec::new(), Vec::new());
+        for (shard, g) in local {
+            cmds.extend(place_at(
+                Fence {
+                    shard,
+                    epoch: owned[&shard],
+                },
+                &g,
+            ));
+            gangs.extend(g);
+        }
+        let sizes = command_sizes(&cmds);
+        let placed = cmds.len();
+        cmds.extend(begins);
+        Self {
+            cmds,
+            gangs,
+            sizes,
+            placed,
+        }
     }
 }
 
