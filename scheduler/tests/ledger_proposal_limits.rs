@@ -59,12 +59,18 @@ fn plan() -> Vec<GangPlacement> {
         .collect()
 }
 
-#[test]
-fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger() {
+/// Three replicas that know the nodes.
+fn loaded_ledger() -> RaftLedger {
     let mut ledger = RaftLedger::start(3).expect("raft starts");
     let nodes = nodes();
     let refs: Vec<&Node> = nodes.iter().collect();
     ledger.load(&refs, &[]).expect("loads");
+    ledger
+}
+
+#[test]
+fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger() {
+    let mut ledger = loaded_ledger();
     let verdicts = ledger
         .commit(&plan())
         .expect("the plan is proposed in pieces");
@@ -82,10 +88,7 @@ fn a_plan_larger_than_one_proposal_is_committed_whole_by_the_replicated_ledger()
 
 #[test]
 fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
-    let mut ledger = RaftLedger::start(3).expect("raft starts");
-    let nodes = nodes();
-    let refs: Vec<&Node> = nodes.iter().collect();
-    ledger.load(&refs, &[]).expect("loads");
+    let mut ledger = loaded_ledger();
     let cmds = place_at(Fence::SINGLE, &plan());
     let sizes = command_sizes(&cmds);
     let responses = ledger.propose_raw(cmds).expect("proposed in pieces");
@@ -99,10 +102,7 @@ fn a_sharded_plan_larger_than_one_proposal_gets_one_verdict_per_gang() {
 /// pieces under the proposal limit, and a refusal in one list stays in that list.
 #[test]
 fn lists_proposed_together_are_each_answered_in_order_even_in_pieces() {
-    let mut ledger = RaftLedger::start(3).expect("raft starts");
-    let nodes = nodes();
-    let refs: Vec<&Node> = nodes.iter().collect();
-    ledger.load(&refs, &[]).expect("loads");
+    let mut ledger = loaded_ledger();
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for (g, gang) in plan().into_iter().enumerate() {
         if g % 2 == 0 {

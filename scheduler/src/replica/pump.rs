@@ -120,8 +120,12 @@ pub trait PumpDriver {
 
     /// One batch per replica ([`Self::propose_batch`] each), from the replicas that had
     /// proposals waiting when the pump's work ran dry; one answer per batch, in order. A
-    /// driver that runs several replicas may send them together: each replica writes only
-    /// its own shards, so no answer depends on their order in the ledger.
+    /// driver that runs several replicas may send them together, as replicas in
+    /// processes of their own do: each replica writes only its own shards, so an answer
+    /// depends on their order in the ledger only where they meet, which is the ledger-wide
+    /// limit of open transactions (a begin near it) and a coordinator's decision racing a
+    /// participant's reservation of the same transaction (the 2PC machines settle either
+    /// order, as they do between processes).
     fn propose_batches(
         &mut self,
         batches: Vec<(ReplicaId, Vec<LedgerCommand>)>,

@@ -255,6 +255,26 @@ impl ShardReport {
     }
 }
 
+/// A list's answer from the ledger: one response per command.
+type Answer = Result<Vec<LedgerResponse>, LedgerError>;
+
+/// The answers of lists of which some were answered without a proposal (`decided[i]`) and
+/// the rest proposed, their answers in `proposed` in the same order: one per list, in the
+/// lists' order.
+fn in_list_order(decided: Vec<Option<Answer>>, proposed: Vec<Answer>) -> Vec<Answer> {
+    let mut proposed = proposed.into_iter();
+    decided
+        .into_iter()
+        .map(|d| {
+            d.or_else(|| proposed.next()).unwrap_or_else(|| {
+                Err(LedgerError::Unexpected(
+                    "fewer answers than proposals".into(),
+                ))
+            })
+        })
+        .collect()
+}
+
 fn nanos_since(t: std::time::Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
@@ -946,36 +966,31 @@ impl ShardRuntime {
         &mut self,
         ledger: &mut dyn PlacementLedger,
         lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
-    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
-        let mut results: Vec<Option<Result<Vec<LedgerResponse>, LedgerError>>> =
-            Vec::with_capacity(lists.len());
-        let mut going: Vec<(usize, ReplicaId, Vec<LedgerCommand>)> = Vec::new();
-        for (i, (by, commands)) in lists.into_iter().enumerate() {
+    ) -> Vec<Answer> {
+        let mut decided: Vec<Option<Answer>> = Vec::with_capacity(lists.len());
+        let mut going: Vec<(ReplicaId, Vec<LedgerCommand>)> = Vec::new();
+        for (by, commands) in lists {
             if commands.is_empty() {
-                results.push(Some(Ok(Vec::new())));
+                decided.push(Some(Ok(Vec::new())));
                 continue;
             }
             match self.admit_proposal(by, &commands) {
                 Ok(()) => {
-                    results.push(None);
-                    going.push((i, by, commands));
+                    decided.push(None);
+                    going.push((by, commands));
                 }
-                Err(e) => results.push(Some(Err(e))),
+                Err(e) => decided.push(Some(Err(e))),
             }
         }
         let waited = std::time::Instant::now();
-        let answers = ledger.propose_raw_each(going.iter().map(|(_, _, c)| c.clone()).collect());
+        let answers = ledger.propose_raw_each(going.iter().map(|(_, c)| c.clone()).collect());
         self.report.ledger_propose_ns += nanos_since(waited);
-        for ((i, by, commands), answer) in going.into_iter().zip(answers) {
-            if let Ok(responses) = &answer {
-                self.check_responses(by, &commands, responses);
+        for ((by, commands), answer) in going.iter().zip(&answers) {
+            if let Ok(responses) = answer {
+                self.check_responses(*by, commands, responses);
             }
-            results[i] = Some(answer);
         }
-        results
-            .into_iter()
-            .map(|r| r.expect("every list answered above"))
-            .collect()
+        in_list_order(decided, answers)
     }
 
     /// Whether `by` may propose now (a replica cut off from the ledger may not), counting
@@ -1492,7 +1507,7 @@ impl ShardRuntime {
         ledger: &mut dyn PlacementLedger,
         by: ReplicaId,
         commands: Vec<LedgerCommand>,
-    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+    ) -> Answer {
         self.propose_grouped_each(ledger, vec![(by, commands)])
             .pop()
             .expect("one answer per list")
@@ -1504,7 +1519,7 @@ impl ShardRuntime {
         &mut self,
         ledger: &mut dyn PlacementLedger,
         lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
-    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
+    ) -> Vec<Answer> {
         let mut grouped = Vec::with_capacity(lists.len());
         let mut batches = Vec::with_capacity(lists.len());
         for (by, commands) in lists {
@@ -1523,12 +1538,7 @@ impl ShardRuntime {
 
     /// Settles the queued writes that rode in a batch and returns the answers to the
     /// batch's own commands.
-    fn settle_group(
-        &mut self,
-        queued: Vec<Deferred>,
-        counts: &[usize],
-        answer: Result<Vec<LedgerResponse>, LedgerError>,
-    ) -> Result<Vec<LedgerResponse>, LedgerError> {
+    fn settle_group(&mut self, queued: Vec<Deferred>, counts: &[usize], answer: Answer) -> Answer {
         let answered = answer.and_then(|r| {
             group_commit::split_answers(r, counts).ok_or_else(|| {
                 LedgerError::Unexpected("fewer answers than commands in a batch".into())
@@ -2053,24 +2063,17 @@ impl ShardRuntime {
         &mut self,
         ledger: &mut dyn PlacementLedger,
         lists: Vec<(ReplicaId, Vec<LedgerCommand>)>,
-    ) -> Vec<Result<Vec<LedgerResponse>, LedgerError>> {
-        let (going, idle): (Vec<_>, Vec<_>) = lists
+    ) -> Vec<Answer> {
+        let decided = lists
+            .iter()
+            .map(|(_, cmds)| cmds.is_empty().then(|| Ok(Vec::new())))
+            .collect();
+        let going = lists
             .into_iter()
-            .enumerate()
-            .partition(|(_, (_, cmds))| !cmds.is_empty());
-        let (at, going): (Vec<usize>, Vec<_>) = going.into_iter().unzip();
-        let mut answers: Vec<Option<Result<Vec<LedgerResponse>, LedgerError>>> =
-            (0..at.len() + idle.len()).map(|_| None).collect();
-        for (i, _) in idle {
-            answers[i] = Some(Ok(Vec::new()));
-        }
-        for (i, answer) in at.into_iter().zip(self.propose_grouped_each(ledger, going)) {
-            answers[i] = Some(answer);
-        }
-        answers
-            .into_iter()
-            .map(|a| a.expect("every list answered above"))
-            .collect()
+            .filter(|(_, cmds)| !cmds.is_empty())
+            .collect();
+        let answers = self.propose_grouped_each(ledger, going);
+        in_list_order(decided, answers)
     }
 
     /// Replica `id`'s round proposal answered: binds the gangs the ledger accepted, records
@@ -2081,7 +2084,7 @@ impl ShardRuntime {
         sim: &mut SimCluster,
         id: ReplicaId,
         commit: LocalCommit,
-        answer: Result<Vec<LedgerResponse>, LedgerError>,
+        answer: Answer,
         (cycle, outcome): (u32, &mut RunOutcome),
     ) -> Option<Vec<LedgerResponse>> {
         let LocalCommit {
