@@ -1219,7 +1219,8 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
     }
 
     /// The replicas' batches of one wave together, as replicas in processes of their own
-    /// propose: they write disjoint shards, so their order in the log changes no answer.
+    /// propose: they write disjoint shards (where their order can still matter:
+    /// [`PumpDriver::propose_batches`]).
     fn propose_batches(
         &mut self,
         batches: Vec<(ReplicaId, Vec<LedgerCommand>)>,
