@@ -76,8 +76,6 @@ pub struct Row {
     pub plan_s: f64,
     #[serde(default)]
     pub perform_s: f64,
-    /// Rounds whose view started from the last round's state patched with what changed,
-    /// and rounds that built it from the whole snapshot (`framework::state_cache`).
     /// Wall seconds of `perform_s` spent waiting on the ledger: proposals, and state reads
     /// (how many), and the pool views the pumps opened.
     #[serde(default)]
@@ -93,6 +91,8 @@ pub struct Row {
     pub statuses_written: u64,
     #[serde(default)]
     pub events_recorded: u64,
+    /// Rounds whose view started from the last round's state patched with what changed,
+    /// and rounds that built it from the whole snapshot (`framework::state_cache`).
     #[serde(default)]
     pub state_patched: u64,
     #[serde(default)]
