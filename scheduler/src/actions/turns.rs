@@ -25,6 +25,11 @@ impl QueueTurns {
         }
     }
 
+    /// How many queues take turns (the session's).
+    pub fn queues(&self) -> usize {
+        self.per_queue.len()
+    }
+
     /// Puts `job` in line in `queue` (before or during the turns).
     pub fn add(&mut self, session: &Session, queue: QueueId, job: JobId) {
         let (state, plugins) = (&session.state, &session.plugins);

@@ -396,9 +396,10 @@ impl WorkClocks {
 
 impl SimCluster {
     /// [`Cluster::snapshot`] with only the pods that hold a node, plus those named in
-    /// `also`, in the same key order: the cluster a participant picks nodes in. The pending
-    /// pods outside `also` would only cost time there, and a sustained run has tens of
-    /// thousands of them.
+    /// `also`, in the same key order, and only the PodGroups these pods name: the cluster a
+    /// participant picks nodes in. The pending pods outside `also`, and the PodGroups of
+    /// gangs that hold no node (pending or finished), would only cost time there: a pick
+    /// reads nodes and the picked pods, and a sustained run has tens of thousands of both.
     pub fn snapshot_occupying(&self, also: &BTreeSet<&ObjectKey>) -> ClusterSnapshot {
         let mut extra = also
             .iter()
@@ -413,18 +414,34 @@ impl SimCluster {
             pods.push(Arc::clone(pod));
         }
         pods.extend(extra.cloned());
+        let named: crate::FastSet<(&str, &str)> = pods
+            .iter()
+            .filter_map(|p| Some((p.key.namespace.as_str(), p.group.as_deref()?)))
+            .collect();
+        let pod_groups = (self.pod_groups.iter())
+            .filter(|(k, _)| named.contains(&(k.namespace.as_str(), k.name.as_str())))
+            .map(|(_, g)| Arc::clone(g))
+            .collect();
         ClusterSnapshot {
             pods,
-            ..self.snapshot_without_pods()
+            pod_groups,
+            ..self.snapshot_without_groups()
         }
     }
 
     fn snapshot_without_pods(&self) -> ClusterSnapshot {
         ClusterSnapshot {
+            pod_groups: self.pod_groups.values().cloned().collect(),
+            ..self.snapshot_without_groups()
+        }
+    }
+
+    fn snapshot_without_groups(&self) -> ClusterSnapshot {
+        ClusterSnapshot {
             now_ms: self.now_ms,
             nodes: self.nodes.clone(),
             pods: Vec::new(),
-            pod_groups: self.pod_groups.values().cloned().collect(),
+            pod_groups: Vec::new(),
             queues: self.queues.clone(),
             priority_classes: self.priority_classes.clone(),
         }
@@ -663,6 +680,37 @@ mod tests {
         sim.settle();
         assert!(sim.is_working(&g0));
         assert_eq!(sim.advance_to(7_000).len(), 3);
+    }
+
+    /// A participant's pick view: the pods holding a node and those asked for, and only
+    /// the PodGroups they name, each in key order, as the whole snapshot has them.
+    #[test]
+    fn the_occupying_snapshot_keeps_the_groups_of_the_pods_it_keeps_and_only_those() {
+        let groups = ["held", "pending", "picked", "solo-less"]
+            .map(|g| PodGroup::new(ObjectKey::new("ns", g), 1))
+            .to_vec();
+        let pods = vec![
+            pod("held-0", Some("held"), 5_000),
+            pod("pending-0", Some("pending"), 5_000),
+            pod("picked-0", Some("picked"), 5_000),
+            pod("solo", None, 5_000),
+        ];
+        let mut sim = cluster(pods, groups);
+        for p in ["held-0", "solo"] {
+            sim.bind(&ObjectKey::new("ns", p), "node-0").unwrap();
+        }
+        let picked = ObjectKey::new("ns", "picked-0");
+        let snapshot = sim.snapshot_occupying(&BTreeSet::from([&picked]));
+        let names = |keys: Vec<&ObjectKey>| keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(snapshot.pods.iter().map(|p| &p.key).collect()),
+            ["held-0", "picked-0", "solo"]
+        );
+        assert_eq!(
+            names(snapshot.pod_groups.iter().map(|g| &g.key).collect()),
+            ["held", "picked"]
+        );
+        assert_eq!(snapshot.nodes.len(), sim.snapshot().nodes.len());
     }
 
     #[test]

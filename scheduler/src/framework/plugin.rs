@@ -64,6 +64,10 @@ pub trait Plugin: std::fmt::Debug + Send {
     fn job_starving(&self, _state: &SessionState, _job: JobId) -> Option<bool> {
         None
     }
+    /// May the gang be admitted? Between two admissions (`on_job_enqueued`), the answer
+    /// and its [`Plugin::enqueue_refusal`] may depend only on the gang's queue and
+    /// `minResources` and on the session: `enqueue` gives a refused gang's answer to the
+    /// next gangs of its queue that ask the same, without asking again.
     fn job_enqueueable(&self, _state: &SessionState, _job: JobId) -> Vote {
         Vote::Abstain
     }
