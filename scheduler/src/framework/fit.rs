@@ -9,7 +9,7 @@ use std::fmt;
 pub enum Unfit {
     /// `resource` requested beyond what the node has free.
     Insufficient {
-        resource: String,
+        resource: crate::model::ResourceName,
     },
     TooManyPods,
     NodeSelectorMismatch,

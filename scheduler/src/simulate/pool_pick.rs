@@ -25,7 +25,7 @@ use phalanx_statestore::ledger::{PlacementState, ShardId, TxnId};
 use phalanx_statestore::{LedgerState, PodPlacement, ResourceVec};
 
 use crate::cluster::ClusterSnapshot;
-use crate::framework::node_picker::node_fits;
+use crate::framework::node_picker::{fits, node_fits};
 use crate::framework::session::TaskInfo;
 use crate::framework::{FitErrors, NodeId, SchedulerConf, Session, SessionState, TaskId, Unfit};
 use crate::model::Resources;
@@ -218,13 +218,13 @@ impl PoolView {
             .copied()
             .filter(|n| nodes.contains(n));
         if let Some(n) = hinted
-            && node_fits(&self.session, task, n).is_ok()
+            && fits(&self.session, task, n)
         {
             return Ok(n);
         }
         let mut best: Option<(f64, NodeId)> = None;
         for &n in nodes {
-            if node_fits(&self.session, task, n).is_err() {
+            if !fits(&self.session, task, n) {
                 continue;
             }
             let score = self
@@ -264,12 +264,12 @@ impl PoolView {
             if let Unfit::Insufficient { resource } = reason {
                 let most_free = nodes
                     .iter()
-                    .map(|&n| state.nodes[n].idle.get(resource))
+                    .map(|&n| state.nodes[n].idle.get(resource.as_str()))
                     .max()
                     .unwrap_or(0);
                 text.push_str(&format!(
                     "; it requests {} {resource}, the most free on one node is {most_free}",
-                    pod.requests.get(resource)
+                    pod.requests.get(resource.as_str())
                 ));
             }
         }
