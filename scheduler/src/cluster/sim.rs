@@ -281,7 +281,7 @@ impl SimCluster {
             if let Some(pod) = self.pods.get_mut(&key)
                 && pod.phase == PodPhase::Running
             {
-                Arc::make_mut(pod).phase = PodPhase::Succeeded;
+                edit(pod).phase = PodPhase::Succeeded;
                 finished.push(key);
             }
         }
@@ -394,6 +394,19 @@ impl WorkClocks {
     }
 }
 
+/// `Arc::make_mut` for what the simulated cluster changes in a pod: its node, phase and
+/// termination, which its spec's facts ([`crate::model::pod::SpecMemo`]) do not read. The
+/// copy made while a snapshot still holds the pod keeps them, so the next round does not
+/// work them out again for every pod bound or finished.
+fn edit(pod: &mut Arc<Pod>) -> &mut Pod {
+    let facts = pod.spec_memo.get();
+    let edited = Arc::make_mut(pod);
+    if let Some(facts) = facts {
+        edited.spec_memo.keep(facts);
+    }
+    edited
+}
+
 impl SimCluster {
     /// [`Cluster::snapshot`] with only the pods that hold a node, plus those named in
     /// `also`, in the same key order, and only the PodGroups these pods name: the cluster a
@@ -464,7 +477,7 @@ impl Cluster for SimCluster {
                 key: node.to_string(),
             });
         }
-        let Some(p) = self.pods.get_mut(pod).map(Arc::make_mut) else {
+        let Some(p) = self.pods.get_mut(pod).map(edit) else {
             return Err(ClusterError::NotFound {
                 kind: "pod",
                 key: pod.to_string(),
@@ -532,7 +545,7 @@ impl Cluster for SimCluster {
         match p.termination_grace_ms.filter(|&g| g > 0) {
             _ if p.terminating => {}
             Some(grace) if p.node_name.is_some() => {
-                Arc::make_mut(p).terminating = true;
+                edit(p).terminating = true;
                 self.terminating_until
                     .insert(pod.clone(), self.now_ms.saturating_add(grace));
             }
@@ -711,6 +724,36 @@ mod tests {
             ["held", "picked"]
         );
         assert_eq!(snapshot.nodes.len(), sim.snapshot().nodes.len());
+    }
+
+    /// A pod bound, evicted or finished while a snapshot still holds it is copied; the copy
+    /// keeps its spec's facts (the kubelet's changes do not touch what they read).
+    #[test]
+    fn a_pod_copied_to_be_bound_or_finished_keeps_its_specs_facts() {
+        use crate::model::pod::SpecFacts;
+        let facts = SpecFacts {
+            placement_key: 7,
+            preemptable: true,
+        };
+        let mut sim = cluster(vec![pod("a", None, 5_000)], vec![]);
+        let a = ObjectKey::new("ns", "a");
+        let held = sim.snapshot();
+        held.pods[0].spec_memo.get_or_init(|| facts);
+        sim.bind(&a, "node-0").unwrap();
+        sim.settle();
+        let bound = sim.pod(&a).expect("still there");
+        assert_eq!(bound.node_name.as_deref(), Some("node-0"));
+        assert!(
+            !std::ptr::eq(bound, &*held.pods[0]),
+            "copied, not changed in place"
+        );
+        assert_eq!(bound.spec_memo.get(), Some(facts));
+        let running = sim.snapshot();
+        sim.advance_to(5_000);
+        let finished = sim.pod(&a).expect("kept once finished");
+        assert_eq!(finished.phase, PodPhase::Succeeded);
+        assert!(!std::ptr::eq(finished, &*running.pods[0]));
+        assert_eq!(finished.spec_memo.get(), Some(facts));
     }
 
     #[test]

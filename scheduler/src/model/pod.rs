@@ -100,13 +100,26 @@ pub struct SpecFacts {
 /// (manifest, watch event, generator); what changes later in place, through
 /// `Arc::make_mut` on a pod no one else holds, is its node, phase and termination, which
 /// the facts do not read. A clone starts with an empty memo, since a clone is usually made
-/// to be changed. It takes no part in equality.
+/// to be changed; the simulated cluster, whose copies change only those fields, gives its
+/// copies the facts back ([`SpecMemo::keep`]). It takes no part in equality.
 #[derive(Default)]
 pub struct SpecMemo(OnceLock<SpecFacts>);
 
 impl SpecMemo {
     pub fn get_or_init(&self, compute: impl FnOnce() -> SpecFacts) -> SpecFacts {
         *self.0.get_or_init(compute)
+    }
+
+    /// The facts, if they were computed.
+    pub fn get(&self) -> Option<SpecFacts> {
+        self.0.get().copied()
+    }
+
+    /// Gives an empty memo the facts of the pod it was cloned from, when the caller
+    /// changes nothing they read (a simulated kubelet's node, phase or termination).
+    pub fn keep(&self, facts: SpecFacts) {
+        // Already set: the facts are the same ones.
+        let _ = self.0.set(facts);
     }
 }
 
