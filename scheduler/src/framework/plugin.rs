@@ -79,6 +79,12 @@ pub trait Plugin: std::fmt::Debug + Send {
     fn allocatable(&self, _state: &SessionState, _queue: QueueId, _task: TaskId) -> Option<bool> {
         None
     }
+    /// The queues' deserved shares this plugin worked out when the session opened (the
+    /// round's shared view hands them to every replica instead of working them out again);
+    /// `None` from a plugin that keeps none.
+    fn queue_shares(&self) -> Option<&[crate::plugins::proportion::QueueShare]> {
+        None
+    }
     /// Is the queue over its share? `None` abstains.
     fn overused(&self, _state: &SessionState, _queue: QueueId) -> Option<bool> {
         None

@@ -76,6 +76,11 @@ impl PluginSet {
         self.entries().any(|e| e.plugin.name() == name)
     }
 
+    /// The first plugin's queue shares as of the session's opening (`proportion`'s).
+    pub fn queue_shares(&self) -> Option<&[crate::plugins::proportion::QueueShare]> {
+        self.entries().find_map(|e| e.plugin.queue_shares())
+    }
+
     fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.tiers.iter().flatten()
     }

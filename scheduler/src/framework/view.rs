@@ -97,11 +97,12 @@ impl RoundView {
     pub fn from_state(state: SessionState, conf: &SchedulerConf, map: &ShardMap) -> Self {
         let mut session = Session::open_state(state, conf);
         let state = &session.state;
-        let queue_shares = if session.plugins.has("proportion") {
-            crate::plugins::proportion::compute_deserved(state)
-        } else {
-            Vec::new()
-        };
+        // `proportion` worked them out on this very state when the session opened.
+        let queue_shares = session
+            .plugins
+            .queue_shares()
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
         let mut pending_request = vec![Resources::new(); state.queues.len()];
         for (q, queue) in state.queues.iter().enumerate() {
             for &j in &queue.jobs {
@@ -548,6 +549,15 @@ mod tests {
         let whole = Session::open(&snapshot, &conf, DEFAULT_SCHEDULER_NAME);
         let expected = crate::plugins::proportion::compute_deserved(&whole.state);
         let view = view_of(&snapshot, &map);
+        // The view's own figures are the shares `proportion` opened the whole state with.
+        let figures = &view.figures;
+        assert_eq!(figures.queue_shares.len(), expected.len());
+        for (got, want) in figures.queue_shares.iter().zip(&expected) {
+            assert_eq!(
+                (&got.deserved, &got.request, &got.inqueue),
+                (&want.deserved, &want.request, &want.inqueue)
+            );
+        }
         for owned in [0, 1] {
             let session = view.open_session(&conf, &scope(&map, owned));
             let shares = crate::plugins::proportion::compute_deserved(&session.state);

@@ -246,6 +246,10 @@ impl Plugin for ProportionPlugin {
         };
     }
 
+    fn queue_shares(&self) -> Option<&[QueueShare]> {
+        Some(&self.queues)
+    }
+
     /// Higher `spec.priority` first, then the least-served (smallest share) first.
     fn queue_order(&self, state: &SessionState, a: QueueId, b: QueueId) -> Ordering {
         let (pa, pb) = (
