@@ -408,26 +408,28 @@ fn edit(pod: &mut Arc<Pod>) -> &mut Pod {
 }
 
 impl SimCluster {
-    /// [`Cluster::snapshot`] with only the pods that hold a node, plus those named in
-    /// `also`, in the same key order, and only the PodGroups these pods name: the cluster a
-    /// participant picks nodes in. The pending pods outside `also`, and the PodGroups of
-    /// gangs that hold no node (pending or finished), would only cost time there: a pick
-    /// reads nodes and the picked pods, and a sustained run has tens of thousands of both.
-    pub fn snapshot_occupying(&self, also: &BTreeSet<&ObjectKey>) -> ClusterSnapshot {
-        let mut extra = also
-            .iter()
-            .filter_map(|k| self.pods.get(*k))
-            .filter(|p| !p.occupies_node())
-            .peekable();
-        let mut pods = Vec::new();
-        for pod in self.pods.values().filter(|p| p.occupies_node()) {
-            while let Some(before) = extra.next_if(|x| x.key < pod.key) {
-                pods.push(Arc::clone(before));
-            }
-            pods.push(Arc::clone(pod));
-        }
-        pods.extend(extra.cloned());
-        let named: crate::FastSet<(&str, &str)> = pods
+    /// What a participant picks nodes in: a [`Cluster::snapshot`] of the pods named in
+    /// `also` (those of open transactions) and of the PodGroups they name, and apart, in
+    /// key order, every other pod that holds a node. The pending pods outside `also`, and
+    /// the PodGroups of every other gang, would only cost time there (a pick reads the
+    /// nodes and the picked pods), and a sustained run has tens of thousands of both.
+    pub fn snapshot_for_picking(
+        &self,
+        also: &BTreeSet<&ObjectKey>,
+    ) -> (ClusterSnapshot, Vec<Arc<Pod>>) {
+        let picked: Vec<Arc<Pod>> = (also.iter())
+            .filter_map(|k| self.pods.get(*k).cloned())
+            .collect();
+        // Both in key order: walked side by side rather than looked up per pod.
+        let mut asked = also.iter().peekable();
+        let occupying = (self.pods.iter())
+            .filter(|(k, p)| {
+                while asked.next_if(|a| **a < *k).is_some() {}
+                p.occupies_node() && asked.peek().is_none_or(|a| **a != *k)
+            })
+            .map(|(_, p)| Arc::clone(p))
+            .collect();
+        let named: crate::FastSet<(&str, &str)> = picked
             .iter()
             .filter_map(|p| Some((p.key.namespace.as_str(), p.group.as_deref()?)))
             .collect();
@@ -435,11 +437,12 @@ impl SimCluster {
             .filter(|(k, _)| named.contains(&(k.namespace.as_str(), k.name.as_str())))
             .map(|(_, g)| Arc::clone(g))
             .collect();
-        ClusterSnapshot {
-            pods,
+        let snapshot = ClusterSnapshot {
+            pods: picked,
             pod_groups,
             ..self.snapshot_without_groups()
-        }
+        };
+        (snapshot, occupying)
     }
 
     fn snapshot_without_pods(&self) -> ClusterSnapshot {
@@ -695,33 +698,41 @@ mod tests {
         assert_eq!(sim.advance_to(7_000).len(), 3);
     }
 
-    /// A participant's pick view: the pods holding a node and those asked for, and only
-    /// the PodGroups they name, each in key order, as the whole snapshot has them.
+    /// A participant's pick view: the pods asked for and the PodGroups they name, and apart
+    /// the other pods holding a node, each in key order.
     #[test]
-    fn the_occupying_snapshot_keeps_the_groups_of_the_pods_it_keeps_and_only_those() {
-        let groups = ["held", "pending", "picked", "solo-less"]
+    fn the_picking_snapshot_holds_the_picked_pods_and_their_groups_and_the_rest_apart() {
+        let groups = ["held", "pending", "picked", "picked-bound"]
             .map(|g| PodGroup::new(ObjectKey::new("ns", g), 1))
             .to_vec();
         let pods = vec![
             pod("held-0", Some("held"), 5_000),
             pod("pending-0", Some("pending"), 5_000),
             pod("picked-0", Some("picked"), 5_000),
+            pod("picked-bound-0", Some("picked-bound"), 5_000),
             pod("solo", None, 5_000),
         ];
         let mut sim = cluster(pods, groups);
-        for p in ["held-0", "solo"] {
+        for p in ["held-0", "picked-bound-0", "solo"] {
             sim.bind(&ObjectKey::new("ns", p), "node-0").unwrap();
         }
-        let picked = ObjectKey::new("ns", "picked-0");
-        let snapshot = sim.snapshot_occupying(&BTreeSet::from([&picked]));
+        let (picked, bound) = (
+            ObjectKey::new("ns", "picked-0"),
+            ObjectKey::new("ns", "picked-bound-0"),
+        );
+        let (snapshot, occupying) = sim.snapshot_for_picking(&BTreeSet::from([&picked, &bound]));
         let names = |keys: Vec<&ObjectKey>| keys.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
         assert_eq!(
             names(snapshot.pods.iter().map(|p| &p.key).collect()),
-            ["held-0", "picked-0", "solo"]
+            ["picked-0", "picked-bound-0"]
         );
         assert_eq!(
             names(snapshot.pod_groups.iter().map(|g| &g.key).collect()),
-            ["held", "picked"]
+            ["picked", "picked-bound"]
+        );
+        assert_eq!(
+            names(occupying.iter().map(|p| &p.key).collect()),
+            ["held-0", "solo"]
         );
         assert_eq!(snapshot.nodes.len(), sim.snapshot().nodes.len());
     }

@@ -858,30 +858,11 @@ impl SessionState {
                 step(&mut job.pending_best_effort);
             }
         }
-        let amount = |r: &mut Resources| if add { r.add(req) } else { r.sub(req) };
-        let hold = |info: &mut NodeInfo| {
-            if add {
-                info.take(req)
-            } else {
-                info.give_back(req)
-            }
-        };
-        if status == TaskStatus::Releasing {
-            // Held on the node, released in the future; not its job's or queue's any more.
-            if let Some(n) = node {
-                let info = &mut self.nodes[n];
-                hold(info);
-                amount(&mut info.releasing);
-                info.releasing_pods += if add { 1 } else { -1 };
-                amount(&mut self.total_used);
-            }
-        } else if status.occupies_node() {
-            // A pod on a node the snapshot lacks (deleted, pod not yet collected) holds
-            // nothing that this cycle could place on; its job and queue still count it.
-            if let Some(n) = node {
-                hold(&mut self.nodes[n]);
-                amount(&mut self.total_used);
-            }
+        self.hold_on_node(node, status, req, account);
+        // A releasing pod is held on its node, released in the future; not its job's or
+        // queue's any more.
+        if status != TaskStatus::Releasing && status.occupies_node() {
+            let amount = |r: &mut Resources| if add { r.add(req) } else { r.sub(req) };
             if let Some(j) = job {
                 amount(&mut self.jobs[j].allocated);
                 if let Some(q) = self.jobs[j].queue {
@@ -889,6 +870,43 @@ impl SessionState {
                 }
             }
         }
+    }
+
+    /// The node side of [`Self::account_task`]: what a pod of `status` holds on `node` and
+    /// in the cluster's total. A pod on a node the snapshot lacks (deleted, pod not yet
+    /// collected) holds nothing that this cycle could place on.
+    fn hold_on_node(
+        &mut self,
+        node: Option<NodeId>,
+        status: TaskStatus,
+        req: &Resources,
+        account: Account,
+    ) {
+        let add = account == Account::Add;
+        let held = status == TaskStatus::Releasing || status.occupies_node();
+        let Some(n) = node.filter(|_| held) else {
+            return;
+        };
+        let amount = |r: &mut Resources| if add { r.add(req) } else { r.sub(req) };
+        let info = &mut self.nodes[n];
+        if add {
+            info.take(req);
+        } else {
+            info.give_back(req);
+        }
+        if status == TaskStatus::Releasing {
+            amount(&mut info.releasing);
+            info.releasing_pods += if add { 1 } else { -1 };
+        }
+        amount(&mut self.total_used);
+    }
+
+    /// Counts `pod`, which holds a node, on that node and in the total only, as it would
+    /// count as a task: for a view that picks nodes and has no use for its task or job.
+    /// Call [`Self::count_over_committed`] once every such pod is counted.
+    pub(crate) fn occupy_node(&mut self, pod: &Pod) {
+        let node = (pod.node_name.as_ref()).and_then(|n| self.node_index.get(n).copied());
+        self.hold_on_node(node, TaskStatus::of_pod(pod), &pod.requests, Account::Add);
     }
 
     /// Kubernetes' rule: an explicit `spec.priority`, else the class's value, else the

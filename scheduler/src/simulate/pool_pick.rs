@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use phalanx_statestore::ledger::{PlacementState, ShardId, TxnId};
 use phalanx_statestore::{LedgerState, PodPlacement, ResourceVec};
@@ -28,7 +29,7 @@ use crate::cluster::ClusterSnapshot;
 use crate::framework::node_picker::{fits, node_fits};
 use crate::framework::session::TaskInfo;
 use crate::framework::{FitErrors, NodeId, SchedulerConf, Session, SessionState, TaskId, Unfit};
-use crate::model::Resources;
+use crate::model::{Pod, Resources};
 
 /// What a transaction holds in one participant's pool.
 type HoldKey = (TxnId, ShardId);
@@ -110,6 +111,35 @@ impl PoolView {
         Self::open_on(state, conf, node_shard, ledger)
     }
 
+    /// [`Self::open`] for picking the pods of `snapshot` (those of open transactions),
+    /// with `occupying`, the other pods that hold nodes, in key order: these count on
+    /// their nodes as in a state built from every pod, without a task and a job each. A
+    /// pick reads the nodes and the picked pods only; in a sustained run the tasks and jobs
+    /// of some 40,000 running pods were most of opening a view, once a round.
+    pub fn open_among(
+        snapshot: &ClusterSnapshot,
+        occupying: &[Arc<Pod>],
+        conf: &SchedulerConf,
+        scheduler_name: &str,
+        node_shard: &BTreeMap<String, ShardId>,
+        ledger: &LedgerState,
+    ) -> Self {
+        let mut state = SessionState::build(snapshot, scheduler_name);
+        for pod in occupying {
+            state.occupy_node(pod);
+        }
+        state.count_over_committed();
+        let on_node = |pod: &str, node: &str| {
+            let Some((namespace, name)) = pod.split_once('/') else {
+                return false;
+            };
+            occupying
+                .binary_search_by(|p| (&*p.key.namespace, &*p.key.name).cmp(&(namespace, name)))
+                .is_ok_and(|i| occupying[i].node_name.as_deref() == Some(node))
+        };
+        Self::open_with(state, conf, node_shard, ledger, on_node)
+    }
+
     /// [`Self::open`] on the state of the snapshot, already made (as the replica's
     /// [`crate::framework::StateCache`] keeps it), so that a pump does not build it again.
     pub fn open_on(
@@ -117,6 +147,19 @@ impl PoolView {
         conf: &SchedulerConf,
         node_shard: &BTreeMap<String, ShardId>,
         ledger: &LedgerState,
+    ) -> Self {
+        Self::open_with(state, conf, node_shard, ledger, |_, _| false)
+    }
+
+    /// The view of `state`, plus every placement of `ledger` that it does not show on its
+    /// node yet, neither as a task nor as a pod that `held_outside(pod, node)` says the
+    /// state counted without one.
+    fn open_with(
+        state: SessionState,
+        conf: &SchedulerConf,
+        node_shard: &BTreeMap<String, ShardId>,
+        ledger: &LedgerState,
+        held_outside: impl Fn(&str, &str) -> bool,
     ) -> Self {
         let session = Session::open_state(state, conf);
         let task_of = TaskIndex::new(&session.state.tasks);
@@ -148,7 +191,7 @@ impl PoolView {
                     let task = &view.session.state.tasks[t];
                     task.node == Some(node) && task.status.occupies_node()
                 });
-            if shown {
+            if shown || held_outside(pod, &p.node) {
                 continue;
             }
             let key = match &p.state {
@@ -324,7 +367,7 @@ mod tests {
     use phalanx_statestore::ledger::Placement;
 
     use super::*;
-    use crate::framework::testing::Cluster;
+    use crate::framework::testing::{Cluster, res};
     use crate::model::{Node, ObjectKey, Pod};
 
     const GPU: &str = "nvidia.com/gpu";
@@ -365,14 +408,46 @@ mod tests {
         assert_eq!(index.get(&state.tasks, &key.to_string()), Some(1));
     }
 
+    /// The view every test picks in, opened as the simulator opens it (the pending pods
+    /// as tasks, the pods holding nodes counted on their nodes only), after checking that
+    /// it counts every node as the view of the whole snapshot does.
     fn view(cluster: Cluster, ledger: &LedgerState) -> PoolView {
-        PoolView::open(
-            &cluster.build(),
-            &SchedulerConf::volcano_default(),
+        let whole = cluster.build();
+        let (conf, name) = (
+            SchedulerConf::volcano_default(),
             crate::model::DEFAULT_SCHEDULER_NAME,
-            &pools(),
-            ledger,
-        )
+        );
+        let (mut occupying, pending): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+            whole.pods.iter().cloned().partition(|p| p.occupies_node());
+        occupying.sort_by(|a, b| a.key.cmp(&b.key));
+        let picking = ClusterSnapshot {
+            pods: pending,
+            ..whole.clone()
+        };
+        let among = PoolView::open_among(&picking, &occupying, &conf, name, &pools(), ledger);
+        let full = PoolView::open(&whole, &conf, name, &pools(), ledger);
+        let counted = |v: &PoolView| {
+            let s = &v.session.state;
+            let nodes: Vec<String> = (s.nodes.iter())
+                .map(|n| {
+                    format!(
+                        "{} {:?} {:?} {} {:?} {}",
+                        n.name(),
+                        n.idle,
+                        n.used,
+                        n.pod_count,
+                        n.releasing,
+                        n.releasing_pods
+                    )
+                })
+                .collect();
+            (
+                nodes,
+                format!("{:?} {:?} {:?}", s.total_used, s.over_committed, v.held),
+            )
+        };
+        assert_eq!(counted(&among), counted(&full));
+        among
     }
 
     fn want(pod: &str, node: &str, gpus: i64) -> PodPlacement {
@@ -552,5 +627,18 @@ mod tests {
         let mut v = view(c, &ledger);
         let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
         assert_eq!(nodes(&picked), vec!["a1"]);
+    }
+
+    /// An earlier round's victim holds its node until it is gone, in the view opened
+    /// without its task as in the one built with it (`view` compares them).
+    #[test]
+    fn a_pod_going_away_still_holds_its_node() {
+        let mut going = Pod::new(ObjectKey::new("default", "victim"), res(&[(GPU, 4)]));
+        going.node_name = Some("a1".into());
+        going.phase = crate::model::PodPhase::Running;
+        going.terminating = true;
+        let mut v = view(cluster(2).pod_with(going), &LedgerState::new());
+        let picked = v.pick("t", 0, &[want("g-0", "a1", 2)]).expect("fits");
+        assert_eq!(nodes(&picked), vec!["a2"]);
     }
 }

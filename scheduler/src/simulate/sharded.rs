@@ -1294,9 +1294,10 @@ impl PumpDriver for SimDriver<'_, '_, '_> {
             .values()
             .flat_map(|g| g.placements.iter().map(|p| &p.pod))
             .collect();
-        let snapshot = self.sim.snapshot_occupying(&picked_for);
-        Ok(PoolView::open(
+        let (snapshot, occupying) = self.sim.snapshot_for_picking(&picked_for);
+        Ok(PoolView::open_among(
             &snapshot,
+            &occupying,
             conf,
             name,
             &self.rt.node_shard,
