@@ -10,6 +10,8 @@
 //! gang's decisions one grep away (docs/operations.md, "Decisions in the log"). They are
 //! here, not in serve or simulate, so that both emit the same lines.
 
+use std::borrow::Cow;
+
 use crate::actions;
 use crate::cluster::ClusterSnapshot;
 use crate::framework::SchedulerConf;
@@ -251,10 +253,12 @@ fn status_events(key: &ObjectKey, old: &PodGroupStatus, status: &PodGroupStatus)
 }
 
 /// [`pending_reason`] of a closed session: the one its status was given, when `close`
-/// judged the job (the state no longer changes after it).
-pub fn pending_reason_after_close(session: &Session, job: JobId) -> Option<String> {
-    match session.closed_reasons.get(job) {
-        Some(Some(reason)) => reason.clone(),
+/// judged the job (the state no longer changes after it), moved out of the session. Ask
+/// once per job: a simulated round asks it of every pending gang, and a copy of each
+/// reason was a measurable part of the round.
+pub fn take_pending_reason(session: &mut Session, job: JobId) -> Option<String> {
+    match session.closed_reasons.get_mut(job) {
+        Some(Some(reason)) => reason.take(),
         _ => pending_reason(session, job),
     }
 }
@@ -315,7 +319,6 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
     }
     let ready = session.plugins.job_ready(state, job);
     let reason = pending_reason(session, job);
-    let kept_reason = reason.clone();
     let timed_out = j.timed_out(state.now_ms);
     let stopped = timed_out && j.timeout.action == TimeoutAction::Stop;
     let pipelined = !ready && j.pipelined_count > 0 && session.plugins.job_pipelined(state, job);
@@ -337,14 +340,16 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
         PodGroupPhase::Pending
     };
 
-    let condition = if unschedulable && timed_out {
+    // The message borrows the pending reason, which is also returned: most pending gangs'
+    // conditions are not written again (`unschedulable_recent`), so it is not copied.
+    let condition: Option<(&str, &str, Cow<str>)> = if unschedulable && timed_out {
         let t = &j.timeout;
         Some((
             CONDITION_UNSCHEDULABLE,
             "Timeout",
             // When it timed out, not the time now: a message that changed every cycle was
             // a status write and an Event every cycle for every timed-out gang.
-            format!(
+            Cow::Owned(format!(
                 "not scheduled within its schedule-timeout {} (created at {}, timed out at {}); {}{}",
                 format_duration(t.timeout_ms.unwrap_or(0)),
                 format_duration(t.created_ms),
@@ -354,24 +359,27 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
                 } else {
                     "timeout-action retry: still trying"
                 },
-                reason.map(|r| format!(": {r}")).unwrap_or_default()
-            ),
+                reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )),
         ))
     } else if unschedulable {
         Some((
             CONDITION_UNSCHEDULABLE,
             j.blocked_code.unwrap_or("NotEnoughResources"),
-            reason.unwrap_or_default(),
+            Cow::Borrowed(reason.as_deref().unwrap_or_default()),
         ))
     } else if ready && j.ready_count > 0 {
         Some((
             CONDITION_SCHEDULED,
             "GangReady",
-            format!(
+            Cow::Owned(format!(
                 "{} of minMember {} pods placed",
                 j.ready_count,
                 j.min_available()
-            ),
+            )),
         ))
     } else {
         None
@@ -400,7 +408,7 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
                 old.inqueue_since_ms,
             )
     {
-        return (None, kept_reason);
+        return (None, reason);
     }
     let mut conditions = old.conditions.clone();
     if let Some((kind, reason, message)) = condition {
@@ -409,7 +417,7 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
             kind: kind.to_string(),
             status: true,
             reason: reason.to_string(),
-            message,
+            message: message.into_owned(),
             transition_time_ms: state.now_ms,
         });
     }
@@ -421,7 +429,7 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
         conditions,
         inqueue_since_ms,
     };
-    (Some(status), kept_reason)
+    (Some(status), reason)
 }
 
 #[cfg(test)]
@@ -575,7 +583,7 @@ mod closed_reason_tests {
         for i in 0..3 {
             cluster = cluster.pod(&format!("too-big-{i}"), Some("too-big"), &[(GPU, 2)]);
         }
-        let (_, session) = crate::framework::run_cycle(
+        let (_, mut session) = crate::framework::run_cycle(
             &cluster.build(),
             &SchedulerConf::volcano_default(),
             "phalanx",
@@ -584,11 +592,7 @@ mod closed_reason_tests {
         for job in 0..session.state.jobs.len() {
             let again = pending_reason(&session, job);
             with_reason += usize::from(again.is_some());
-            assert_eq!(
-                pending_reason_after_close(&session, job),
-                again,
-                "job {job}"
-            );
+            assert_eq!(take_pending_reason(&mut session, job), again, "job {job}");
         }
         assert!(
             with_reason >= 2,

@@ -421,7 +421,7 @@ pub struct Session {
     pub(crate) lent_holders: bool,
     /// Per job, the pending reason `close` wrote into its status (`Some(None)`: none);
     /// `None` for a job `close` did not judge (a shadow job, another shard's), and empty
-    /// before it ran. Read back by [`crate::framework::cycle::pending_reason_after_close`]
+    /// before it ran. Taken by [`crate::framework::cycle::take_pending_reason`]
     /// instead of being worked out twice.
     pub(crate) closed_reasons: Vec<Option<Option<String>>>,
     /// How long the cycle's actions and plugins took (for the metrics).

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimCluster;
-use crate::framework::cycle::pending_reason_after_close;
+use crate::framework::cycle::take_pending_reason;
 use crate::framework::{CyclePlan, GangPlacement, SchedulerConf, StateCache, run_cycle_on_state};
 use crate::invariants::{self, Violation};
 use crate::ledger::{
@@ -296,7 +296,7 @@ pub fn drive_with(
                         .extend(found.into_iter().map(|v| (cycle, v)));
                 }
                 let (plan, session) = run_cycle_on_state(state, conf);
-                (plan, BTreeMap::new(), pending_of(&session))
+                (plan, BTreeMap::new(), pending_of(session))
             }
         };
         let duration = started.elapsed();
@@ -488,23 +488,17 @@ fn earliest(a: Option<TimeMs>, b: Option<TimeMs>) -> Option<TimeMs> {
 }
 
 /// Jobs with pods still pending, with why (only the session's own jobs when it is scoped).
-pub(crate) fn pending_of(session: &crate::framework::Session) -> Vec<(ObjectKey, String)> {
-    session
-        .state
-        .jobs
-        .iter()
-        .enumerate()
-        .filter(|(j, _)| session.in_scope(*j))
-        .filter_map(|(j, job)| {
-            let pending = session.state.pending_tasks(j).count();
-            (pending > 0).then(|| {
-                let why = pending_reason_after_close(session, j).unwrap_or_else(|| {
-                    "not reached this cycle (queue turns ended first)".to_string()
-                });
-                (job.key().clone(), why)
-            })
-        })
-        .collect()
+pub(crate) fn pending_of(mut session: crate::framework::Session) -> Vec<(ObjectKey, String)> {
+    let mut out = Vec::new();
+    for j in 0..session.state.jobs.len() {
+        if !session.in_scope(j) || session.state.pending_tasks(j).next().is_none() {
+            continue;
+        }
+        let why = take_pending_reason(&mut session, j)
+            .unwrap_or_else(|| "not reached this cycle (queue turns ended first)".to_string());
+        out.push((session.state.jobs[j].key().clone(), why));
+    }
+    out
 }
 
 /// Evictions first (their placements are released in the ledger once the pods are gone),

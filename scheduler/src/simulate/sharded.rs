@@ -1817,8 +1817,7 @@ impl ShardRuntime {
         fn timed(cycle: impl FnOnce() -> (CyclePlan, crate::framework::Session)) -> Planned {
             let before = super::thread_cpu::thread_cpu_ns();
             let (plan, session) = cycle();
-            let pending = super::driver::pending_of(&session);
-            drop(session);
+            let pending = super::driver::pending_of(session);
             let cpu = before
                 .zip(super::thread_cpu::thread_cpu_ns())
                 .map(|(b, a)| a.saturating_sub(b));
