@@ -11,6 +11,7 @@
 //! here, not in serve or simulate, so that both emit the same lines.
 
 use std::borrow::Cow;
+use std::fmt;
 
 use crate::actions;
 use crate::cluster::ClusterSnapshot;
@@ -372,15 +373,23 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
             Cow::Borrowed(reason.as_deref().unwrap_or_default()),
         ))
     } else if ready && j.ready_count > 0 {
-        Some((
-            CONDITION_SCHEDULED,
-            "GangReady",
-            Cow::Owned(format!(
-                "{} of minMember {} pods placed",
-                j.ready_count,
-                j.min_available()
-            )),
-        ))
+        // Every running and finished gang, every cycle: compared without being written out.
+        let message = GangReady {
+            placed: j.ready_count,
+            min_member: j.min_available(),
+        };
+        let said = old.conditions.last().is_some_and(|c| {
+            c.kind == CONDITION_SCHEDULED
+                && c.reason == "GangReady"
+                && writes_exactly(&c.message, format_args!("{message}"))
+        });
+        (!said).then(|| {
+            (
+                CONDITION_SCHEDULED,
+                "GangReady",
+                Cow::Owned(message.to_string()),
+            )
+        })
     } else {
         None
     };
@@ -430,6 +439,36 @@ fn job_status(session: &Session, job: JobId) -> (Option<PodGroupStatus>, Option<
         inqueue_since_ms,
     };
     (Some(status), reason)
+}
+
+/// The message of a gang's `Scheduled` condition.
+struct GangReady {
+    placed: u32,
+    min_member: u32,
+}
+
+impl fmt::Display for GangReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of minMember {} pods placed",
+            self.placed, self.min_member
+        )
+    }
+}
+
+/// Whether `args` writes exactly `text`, found without writing it anywhere.
+fn writes_exactly(text: &str, args: fmt::Arguments<'_>) -> bool {
+    /// What is left of `text` to match.
+    struct Rest<'a>(&'a str);
+    impl fmt::Write for Rest<'_> {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0 = self.0.strip_prefix(s).ok_or(fmt::Error)?;
+            Ok(())
+        }
+    }
+    let mut rest = Rest(text);
+    fmt::write(&mut rest, args).is_ok() && rest.0.is_empty()
 }
 
 #[cfg(test)]
@@ -734,5 +773,37 @@ mod closed_reason_tests {
             )]
         );
         assert!(events_of(&more, &more).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    /// A condition's message is compared with what a status would say without writing it
+    /// out: equal only when every piece matches and nothing is left over on either side.
+    #[test]
+    fn a_message_is_compared_without_being_written_out() {
+        let m = GangReady {
+            placed: 12,
+            min_member: 8,
+        };
+        let said = "12 of minMember 8 pods placed";
+        assert_eq!(m.to_string(), said);
+        assert!(writes_exactly(said, format_args!("{m}")));
+        assert!(!writes_exactly(
+            "12 of minMember 8 pods",
+            format_args!("{m}")
+        ));
+        assert!(!writes_exactly(
+            "12 of minMember 8 pods placed.",
+            format_args!("{m}")
+        ));
+        assert!(!writes_exactly(
+            "13 of minMember 8 pods placed",
+            format_args!("{m}")
+        ));
+        assert!(!writes_exactly("", format_args!("{m}")));
+        assert!(writes_exactly("", format_args!("")));
     }
 }

@@ -142,7 +142,7 @@ fn upsert_node(
     c: &mut Changes,
 ) -> Result<LedgerResponse, Refusal> {
     check_node_name(node)?;
-    check_resources(&format!("node {node}"), allocatable, MAX_QUANTITY)?;
+    check_resources(format_args!("node {node}"), allocatable, MAX_QUANTITY)?;
     usage_fits(node, &state.usage_of(node), allocatable, state.overcommit)?;
     c.touch(|| StateKey::Node(node.to_string()));
     state.nodes.insert(
@@ -286,7 +286,11 @@ fn check_gang(
                 node: existing.node.clone(),
             });
         }
-        check_resources(&format!("pod {}", pod.pod), &pod.resources, MAX_QUANTITY)?;
+        check_resources(
+            format_args!("pod {}", pod.pod),
+            &pod.resources,
+            MAX_QUANTITY,
+        )?;
         let record = state
             .nodes
             .get(&pod.node)

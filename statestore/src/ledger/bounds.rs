@@ -103,8 +103,13 @@ pub fn check_txn_id(txn: &str) -> Result<(), Refusal> {
 }
 
 /// A resource vector: at most `MAX_RESOURCES` names, each a valid resource name, every
-/// quantity in `0..=max`.
-pub fn check_resources(subject: &str, v: &ResourceVec, max: i64) -> Result<(), Refusal> {
+/// quantity in `0..=max`. `subject` ("pod ns/p") is written out only into a refusal:
+/// every pod of every gang is checked on every replica, and most are fine.
+pub fn check_resources(
+    subject: std::fmt::Arguments<'_>,
+    v: &ResourceVec,
+    max: i64,
+) -> Result<(), Refusal> {
     let count = v.iter().count();
     if count > MAX_RESOURCES {
         return Err(Refusal::TooLarge {
