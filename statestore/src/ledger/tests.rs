@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::*;
+use crate::ledger::command::MAX_OPEN_TXNS;
 
 fn rv(pairs: &[(&str, i64)]) -> ResourceVec {
     ResourceVec::from_pairs(pairs.iter().copied())
@@ -559,6 +560,40 @@ fn decide(txn: &str, decision: TxnDecision) -> LedgerCommand {
         epoch: 1,
         decision,
     }
+}
+
+/// `MAX_OPEN_TXNS` undecided transactions at once, however many decided ones the ledger
+/// still keeps (the count is skipped while there are fewer transactions than the limit).
+#[test]
+fn at_most_1024_transactions_are_open_at_once_however_many_decided_ones_are_kept() {
+    let mut s = ledger();
+    for t in 0..MAX_OPEN_TXNS {
+        let r = apply(&mut s, &begin(&format!("t{t}"), 60_000));
+        assert_eq!(r.refusal(), None, "t{t}");
+    }
+    let one_more =
+        |s: &mut LedgerState, txn: &str| apply(s, &begin(txn, 60_000)).refusal().cloned();
+    assert!(matches!(
+        one_more(&mut s, "extra-1"),
+        Some(Refusal::TooLarge {
+            count: 1025,
+            limit: 1024,
+            ..
+        })
+    ));
+    for t in 0..MAX_OPEN_TXNS / 2 {
+        apply(&mut s, &decide(&format!("t{t}"), TxnDecision::Abort));
+    }
+    assert_eq!(one_more(&mut s, "extra-1"), None, "512 open, 1024 kept");
+    for t in 0..MAX_OPEN_TXNS / 2 - 1 {
+        assert_eq!(one_more(&mut s, &format!("late-{t}")), None);
+    }
+    assert!(matches!(
+        one_more(&mut s, "extra-2"),
+        Some(Refusal::TooLarge { limit: 1024, .. })
+    ));
+    assert_eq!(s.open_txn_count(), MAX_OPEN_TXNS);
+    assert!(s.txns.len() > MAX_OPEN_TXNS);
 }
 
 #[test]
