@@ -440,19 +440,13 @@ impl SimCluster {
         let snapshot = ClusterSnapshot {
             pods: picked,
             pod_groups,
-            ..self.snapshot_without_groups()
+            ..self.snapshot_without_workload()
         };
         (snapshot, occupying)
     }
 
-    fn snapshot_without_pods(&self) -> ClusterSnapshot {
-        ClusterSnapshot {
-            pod_groups: self.pod_groups.values().cloned().collect(),
-            ..self.snapshot_without_groups()
-        }
-    }
-
-    fn snapshot_without_groups(&self) -> ClusterSnapshot {
+    /// The nodes, queues and PriorityClasses, without pods or PodGroups.
+    fn snapshot_without_workload(&self) -> ClusterSnapshot {
         ClusterSnapshot {
             now_ms: self.now_ms,
             nodes: self.nodes.clone(),
@@ -468,7 +462,8 @@ impl Cluster for SimCluster {
     fn snapshot(&self) -> ClusterSnapshot {
         ClusterSnapshot {
             pods: self.pods.values().cloned().collect(),
-            ..self.snapshot_without_pods()
+            pod_groups: self.pod_groups.values().cloned().collect(),
+            ..self.snapshot_without_workload()
         }
     }
 
