@@ -50,7 +50,13 @@ impl PointResult {
 }
 
 /// The arguments of `phalanx-bench shards --json` for one point.
-pub fn shards_args(nodes: usize, pods: usize, replicas: u64, shards: u32) -> Vec<String> {
+pub fn shards_args(
+    nodes: usize,
+    pods: usize,
+    replicas: u64,
+    shards: u32,
+    queues: usize,
+) -> Vec<String> {
     [
         "shards",
         "--nodes",
@@ -61,6 +67,8 @@ pub fn shards_args(nodes: usize, pods: usize, replicas: u64, shards: u32) -> Vec
         &replicas.to_string(),
         "--shards",
         &shards.to_string(),
+        "--queues",
+        &queues.to_string(),
         "--json",
     ]
     .map(String::from)

@@ -70,7 +70,13 @@ fn point(plan: &Plan, nodes: usize, pods: usize, replicas: u64, shards: u32) -> 
         }
     };
     let mut cmd = Command::new(exe);
-    cmd.args(child::shards_args(nodes, pods, replicas, shards));
+    cmd.args(child::shards_args(
+        nodes,
+        pods,
+        replicas,
+        shards,
+        point_queues(nodes),
+    ));
     child::run_point(&name, cmd, plan.point_timeout)
 }
 
@@ -94,6 +100,20 @@ const MIN_NODES_PER_POOL: usize = 250;
 fn pool_shards(nodes: usize, max: u32) -> u32 {
     let fit = u32::try_from(nodes / MIN_NODES_PER_POOL).unwrap_or(u32::MAX);
     max.min(fit).max(1)
+}
+
+/// Queues of `phalanx-bench shards` (its default).
+const MAX_QUEUES: usize = 64;
+/// GPUs of the workload's largest gang: 64 pods of a whole 8-GPU node each.
+const LARGEST_GANG_GPUS: usize = 64 * 8;
+
+/// The queues of a point: 64, or fewer so that a queue's even share of the GPUs holds the
+/// largest gang (1,000 nodes: 15). `proportion` never places a gang above its queue's
+/// deserved share, as Volcano's does; with 64 queues on 1,000 nodes (125 GPUs each) the
+/// gangs of 16 to 64 whole nodes could never run, and the run ended with the cluster idle
+/// and hundreds of gangs pending, measuring that deadlock instead of the scheduler.
+fn point_queues(nodes: usize) -> usize {
+    (nodes * 8 / LARGEST_GANG_GPUS).clamp(1, MAX_QUEUES)
 }
 
 /// Every point of a grid, smallest first, each announced and reported on the progress bar.
@@ -150,7 +170,7 @@ fn problems_of(points: &[GridPoint]) -> Vec<String> {
         .collect()
 }
 
-const POINT_NOTE: &str = "Each point runs in a process of its own (`phalanx-bench shards --json`): peak RSS is that process's `VmHWM` (the simulator, the planner and the R ledger replicas, which run in the same process with Raft over gRPC on loopback). Cross-shard gangs as in `phalanx-bench shards`: every 10th gang spans two pools; 64 queues; seed 1.";
+const POINT_NOTE: &str = "Each point runs in a process of its own (`phalanx-bench shards --json`): peak RSS is that process's `VmHWM` (the simulator, the planner and the R ledger replicas, which run in the same process with Raft over gRPC on loopback). Cross-shard gangs as in `phalanx-bench shards`: every 10th gang spans two pools; seed 1. Queues: 64, or fewer where a queue's even share of the GPUs would not hold the largest gang (64 pods × 8 GPUs; 15 queues at 1,000 nodes): `proportion` never places a gang above its queue's deserved share.";
 
 /// The sustained run at R=1 and R=3, side by side, judged against the goals.
 pub fn sustained(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
@@ -441,6 +461,15 @@ mod tests {
         assert_eq!(pool_shards(5_000, 16), 16);
         assert_eq!(pool_shards(10_000, 16), 16);
         assert_eq!(pool_shards(100, 16), 1);
+    }
+
+    #[test]
+    fn a_queues_even_share_holds_the_largest_gang_and_the_goal_size_keeps_64_queues() {
+        assert_eq!(point_queues(1_000), 15);
+        assert!(1_000 * 8 / point_queues(1_000) >= LARGEST_GANG_GPUS);
+        assert_eq!(point_queues(5_000), 64);
+        assert_eq!(point_queues(10_000), 64);
+        assert_eq!(point_queues(10), 1);
     }
 
     fn point(replicas: u64, outcome: child::Outcome) -> GridPoint {

@@ -554,8 +554,18 @@ mod tests {
         assert_eq!(figures.queue_shares.len(), expected.len());
         for (got, want) in figures.queue_shares.iter().zip(&expected) {
             assert_eq!(
-                (&got.deserved, &got.request, &got.inqueue),
-                (&want.deserved, &want.request, &want.inqueue)
+                (
+                    &got.deserved,
+                    &got.request,
+                    &got.inqueue,
+                    &got.inqueue_within_share
+                ),
+                (
+                    &want.deserved,
+                    &want.request,
+                    &want.inqueue,
+                    &want.inqueue_within_share
+                )
             );
         }
         for owned in [0, 1] {
