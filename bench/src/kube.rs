@@ -592,118 +592,278 @@ pub fn run(b: &KubeBench) -> Result<()> {
     Ok(())
 }
 
+/// Pods a cleanup request deletes at most: each pod is labelled with its chunk
+/// ([`CHUNK_LABEL`]) and each chunk goes in one request (one request for all 100,000 pods
+/// of a 5,000-node run lost its connection, and one request a pod went at 53 pods/s).
+const DELETE_CHUNK: usize = 5_000;
+const CHUNK_LABEL: &str = "phalanx-bench/chunk";
+
 /// Creates the workload on the testbed, waits for the binds (or `b.timeout`), samples the
 /// scheduler's memory, and deletes what it created: a run the suite can call in-process.
 pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let client = rt
-        .block_on(make_client(Some(&b.kubeconfig)))
-        .map_err(|e| anyhow!("{e}; is the testbed up? (deploy/testbed/testbed up --nodes 500)"))?;
-    let mode = Mode::parse(&b.scheduler);
-    rt.block_on(install_crds(&client))?;
-    if mode == Mode::NativeGang {
-        rt.block_on(native_gang::check_served(&client))?;
+    let mut outcomes = measure_waves(b, &[b.pods])?;
+    outcomes.pop().context("a run of one wave measured nothing")
+}
+
+/// [`measure`] with the workload created in waves: the cluster grows to `sizes[0]` pods,
+/// then to `sizes[1]`, and so on, each wave created once the one before it was bound (or
+/// timed out, `b.timeout` after its first create). A wave's outcome is read when its pods
+/// are bound: its RSS then is the scheduler's at that many pods, and its largest RSS the
+/// largest during that wave. One run of 20,000 then 100,000 pods measures both sizes
+/// with 100,000 binds and one clean-up instead of 120,000 and two (the suite's memory
+/// part). `sizes` increase, and each but the last is a whole number of gangs.
+pub fn measure_waves(b: &KubeBench, sizes: &[usize]) -> Result<Vec<KubeOutcome>> {
+    check_waves(sizes, b.gang)?;
+    let run = Run::start(b)?;
+    let mut outcomes = Vec::with_capacity(sizes.len());
+    let mut from = 0;
+    for &to in sizes {
+        let o = run.wave(from, to, *sizes.last().unwrap_or(&to))?;
+        // Said before the clean-up, which takes minutes at 100,000 pods: a run stopped
+        // then keeps its figures (one at 5,000 nodes × 100,000 pods lost them that way).
+        eprintln!("measured: {}", summary(&o));
+        outcomes.push(o);
+        from = to;
     }
-    let ns = rt.block_on(create_run_namespace(&client, "bench"))?;
-    let temp = tempfile::Builder::new()
-        .prefix("phalanx-bench-")
-        .tempdir()?;
-    // PHALANX_BENCH_KEEP_LOGS=1 keeps the replicas' logs and data after the run.
-    let (dir, _temp) = if std::env::var_os("PHALANX_BENCH_KEEP_LOGS").is_some() {
-        let kept = temp.keep();
-        eprintln!("replica logs in {}", kept.display());
-        (kept, None)
-    } else {
-        (temp.path().to_path_buf(), Some(temp))
-    };
-    let is_phalanx = mode == Mode::Phalanx;
-    let is_trivial = mode == Mode::Trivial;
-    let binder = if is_trivial {
-        let nodes = rt.block_on(trivial::node_names(&client))?;
-        let counts: Arc<trivial::BinderCounts> = Arc::default();
-        let limiter = Arc::new(TokenBucket::new(b.kube_qps, b.kube_burst));
-        let task = rt.spawn(trivial::run(
-            client.clone(),
-            ns.clone(),
-            nodes,
-            limiter,
-            b.bind_workers,
-            counts.clone(),
+    run.clean_up(from)?;
+    Ok(outcomes)
+}
+
+fn check_waves(sizes: &[usize], gang: usize) -> Result<()> {
+    if sizes.is_empty() {
+        bail!("no pod count to measure");
+    }
+    let mut before = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        if n <= before {
+            bail!("pod counts {sizes:?}: {n} does not exceed the count before it ({before})");
+        }
+        if i + 1 < sizes.len() && !n.is_multiple_of(gang.max(1)) {
+            bail!("pod counts {sizes:?}: {n} is not a whole number of gangs of {gang}");
+        }
+        before = n;
+    }
+    Ok(())
+}
+
+fn summary(o: &KubeOutcome) -> String {
+    format!(
+        "{} of {} pods bound, {:.0} pods/s, p50 {:.2} s, RSS {}; CPU: {}",
+        o.bound,
+        o.pods,
+        o.pods_per_s,
+        o.p50.as_secs_f64(),
+        o.rss.map_or_else(
+            || "not sampled".to_string(),
+            |r| format!(
+                "{:.0} MiB at the end, {:.0} MiB largest",
+                r.end_mib, r.peak_mib
+            )
+        ),
+        o.cpu
+            .as_ref()
+            .map_or_else(|| "not measured".to_string(), cpu::CpuReport::summary)
+    )
+}
+
+/// What a run set up on the testbed, and the samplers watching it.
+struct Run<'a> {
+    b: &'a KubeBench,
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    ns: String,
+    mode: Mode,
+    label: String,
+    queues: Vec<String>,
+    /// The trivial binder's task and counts (`--scheduler trivial`).
+    binder: Option<(tokio::task::JoinHandle<()>, Arc<trivial::BinderCounts>)>,
+    replicas: Vec<Stoppable>,
+    node_count: usize,
+    rss: rss::Background,
+    /// When the bench's own watch first saw each pod bound.
+    bound_at: Arc<Mutex<HashMap<String, Instant>>>,
+    watch: tokio::task::JoinHandle<()>,
+    /// The replicas' logs and data, removed at the end unless kept.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl<'a> Run<'a> {
+    fn start(b: &'a KubeBench) -> Result<Run<'a>> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let client = rt.block_on(make_client(Some(&b.kubeconfig))).map_err(|e| {
+            anyhow!("{e}; is the testbed up? (deploy/testbed/testbed up --nodes 500)")
+        })?;
+        let mode = Mode::parse(&b.scheduler);
+        rt.block_on(install_crds(&client))?;
+        if mode == Mode::NativeGang {
+            rt.block_on(native_gang::check_served(&client))?;
+        }
+        let ns = rt.block_on(create_run_namespace(&client, "bench"))?;
+        let temp = tempfile::Builder::new()
+            .prefix("phalanx-bench-")
+            .tempdir()?;
+        // PHALANX_BENCH_KEEP_LOGS=1 keeps the replicas' logs and data after the run.
+        let (dir, temp) = if std::env::var_os("PHALANX_BENCH_KEEP_LOGS").is_some() {
+            let kept = temp.keep();
+            eprintln!("replica logs in {}", kept.display());
+            (kept, None)
+        } else {
+            (temp.path().to_path_buf(), Some(temp))
+        };
+        let binder = if mode == Mode::Trivial {
+            let nodes = rt.block_on(trivial::node_names(&client))?;
+            let counts: Arc<trivial::BinderCounts> = Arc::default();
+            let limiter = Arc::new(TokenBucket::new(b.kube_qps, b.kube_burst));
+            let task = rt.spawn(trivial::run(
+                client.clone(),
+                ns.clone(),
+                nodes,
+                limiter,
+                b.bind_workers,
+                counts.clone(),
+            ));
+            Some((task, counts))
+        } else {
+            None
+        };
+        let replicas = if mode == Mode::Phalanx {
+            start_phalanx(b, &dir, &ns)?
+        } else {
+            Vec::new()
+        };
+        let node_count = rt.block_on(trivial::node_names(&client))?.len();
+        let rss = rss::Background::start(RssSampler::new(
+            replicas
+                .iter()
+                .map(Stoppable::id)
+                .chain(b.rss_pid.filter(|_| mode != Mode::Phalanx)),
         ));
-        Some((task, counts))
-    } else {
-        None
-    };
-    let replicas = if is_phalanx {
-        start_phalanx(b, &dir, &ns)?
-    } else {
-        Vec::new()
-    };
-    let node_count = rt.block_on(trivial::node_names(&client))?.len();
-    let rss = rss::Background::start(RssSampler::new(
-        replicas
-            .iter()
-            .map(Stoppable::id)
-            .chain(b.rss_pid.filter(|_| !is_phalanx)),
-    ));
-
-    // Our own watch records when each pod is first seen bound.
-    let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let watch = {
-        let bound_at = bound_at.clone();
-        let api = pods_api.clone();
-        rt.spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
-            while let Ok(Some(event)) = events.try_next().await {
-                let pods = match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
-                    _ => continue,
-                };
-                let now = Instant::now();
-                let mut map = bound_at.lock().unwrap_or_else(|e| e.into_inner());
-                for p in pods {
-                    let bound = p
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_ref())
-                        .is_some_and(|n| !n.is_empty());
-                    if bound && let Some(name) = p.metadata.name {
-                        map.entry(name).or_insert(now);
-                    }
-                }
-            }
+        let bound_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let watch = rt.spawn(record_binds(
+            Api::namespaced(client.clone(), &ns),
+            bound_at.clone(),
+        ));
+        let queues = if mode == Mode::Phalanx && b.queues > 0 {
+            balanced_queue_names(b.queues, b.shards)?
+        } else {
+            Vec::new()
+        };
+        rt.block_on(create_queues(&client, &queues))?;
+        if let Some(GangApi::Native { template }) = mode.gangs() {
+            let workload: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
+            let obj: DynamicObject =
+                serde_json::from_value(native_gang::workload(&ns, &[(template, b.gang)]))?;
+            rt.block_on(workload.create(&PostParams::default(), &obj))
+                .with_context(|| format!("creating Workload {ns}/{}", native_gang::WORKLOAD))?;
+        }
+        let label = run_label(b, &mode, queues.len());
+        Ok(Run {
+            b,
+            rt,
+            client,
+            ns,
+            mode,
+            label,
+            queues,
+            binder,
+            replicas,
+            node_count,
+            rss,
+            bound_at,
+            watch,
+            _dir: temp,
         })
-    };
-
-    let gangs = b.pods.div_ceil(b.gang.max(1));
-    let queues = if is_phalanx && b.queues > 0 {
-        balanced_queue_names(b.queues, b.shards)?
-    } else {
-        Vec::new()
-    };
-    rt.block_on(create_queues(&client, &queues))?;
-    let gang_api = mode.gangs();
-    if let Some(GangApi::Native { template }) = gang_api {
-        let workload: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
-        let obj: DynamicObject =
-            serde_json::from_value(native_gang::workload(&ns, &[(template, b.gang)]))?;
-        rt.block_on(workload.create(&PostParams::default(), &obj))
-            .with_context(|| format!("creating Workload {ns}/{}", native_gang::WORKLOAD))?;
     }
-    if let Some(api) = gang_api {
-        let pg_api = pod_group_api(&client, &ns, api);
-        rt.block_on(async {
-            futures::stream::iter(0..gangs)
+
+    /// Pods `from..to` (of `total` in the run, which sizes the last gang): their gangs,
+    /// the pods, the wait for their binds, and what it took.
+    fn wave(&self, from: usize, to: usize, total: usize) -> Result<KubeOutcome> {
+        let b = self.b;
+        let gang = b.gang.max(1);
+        let gang_api = self.mode.gangs();
+        if let Some(api) = gang_api {
+            self.create_gangs(api, from / gang..to.div_ceil(gang), total)?;
+        }
+        let cpu = CpuMeter::start(cpu_groups(
+            &self.replicas,
+            b.rss_pid.filter(|_| self.mode != Mode::Phalanx),
+        ));
+        let first = Instant::now();
+        let sent = self.create_pods(from..to)?;
+        let created_in = first.elapsed();
+        let deadline = first + b.timeout;
+        while self
+            .bound_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            < to
+            && Instant::now() <= deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let rss = self.rss.take_report();
+        let cpu = cpu.finish();
+        let bound = self
+            .bound_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut latencies: Vec<Duration> = sent
+            .iter()
+            .filter_map(|(name, at)| bound.get(name).map(|b| b.saturating_duration_since(*at)))
+            .collect();
+        latencies.sort();
+        let last = sent
+            .iter()
+            .filter_map(|(name, _)| bound.get(name))
+            .max()
+            .copied()
+            .unwrap_or(first);
+        let span = last.saturating_duration_since(first);
+        Ok(KubeOutcome {
+            label: self.label.clone(),
+            nodes: self.node_count,
+            pods: to,
+            gangs: gang_api.map(|_| to.div_ceil(gang)),
+            kube_qps: b.kube_qps,
+            kube_burst: b.kube_burst,
+            created_in,
+            bound: bound.len(),
+            span,
+            pods_per_s: latencies.len() as f64 / span.as_secs_f64().max(1e-9),
+            p50: percentile(&latencies, 0.5),
+            p99: percentile(&latencies, 0.99),
+            max: latencies.last().copied().unwrap_or_default(),
+            rss,
+            cpu: Some(cpu),
+        })
+    }
+
+    /// The PodGroups `gangs` (of `total` pods in the run): gang `g` holds pods
+    /// `g × gang ..`, the last one what is left.
+    fn create_gangs(
+        &self,
+        api: GangApi,
+        gangs: std::ops::Range<usize>,
+        total: usize,
+    ) -> Result<()> {
+        let b = self.b;
+        let gang = b.gang.max(1);
+        let pg_api = pod_group_api(&self.client, &self.ns, api);
+        let queues = &self.queues;
+        let ns = &self.ns;
+        self.rt.block_on(async {
+            futures::stream::iter(gangs)
                 .map(|g| {
                     let pg_api = pg_api.clone();
-                    let min = b.gang.min(b.pods - g * b.gang);
+                    let min = gang.min(total - g * gang);
                     let queue = (!queues.is_empty()).then(|| queues[g % queues.len()].as_str());
-                    let obj = pod_group_json(api, &ns, &format!("g{g}"), min, queue);
+                    let obj = pod_group_json(api, ns, &format!("g{g}"), min, queue);
                     async move {
                         let obj: DynamicObject = serde_json::from_value(obj)?;
                         let name = obj.metadata.name.clone().unwrap_or_default();
@@ -718,173 +878,161 @@ pub fn measure(b: &KubeBench) -> Result<KubeOutcome> {
                 .try_collect::<Vec<_>>()
                 .await
         })?;
+        Ok(())
     }
-    let scheduler_name = mode.scheduler_name();
-    let pods_create = pods_dynamic(&client, &ns);
-    let cpu = CpuMeter::start(cpu_groups(&replicas, b.rss_pid.filter(|_| !is_phalanx)));
-    let first = Instant::now();
-    let sent: Vec<(String, Instant)> = rt.block_on(async {
-        futures::stream::iter(0..b.pods)
-            .map(|i| {
-                let api = pods_create.clone();
-                let g = i / b.gang.max(1);
-                let group = format!("g{g}");
-                let name = format!("g{g}-p{i}");
-                let pod = pod_json(
-                    &name,
-                    scheduler_name,
-                    gang_api.map(|a| (a, group.as_str())),
-                    b.gpus_per_pod,
+
+    /// Creates pods `range`, each labelled with its clean-up chunk; returns each pod's
+    /// name and when its create was sent.
+    fn create_pods(&self, range: std::ops::Range<usize>) -> Result<Vec<(String, Instant)>> {
+        let b = self.b;
+        let gang_api = self.mode.gangs();
+        let scheduler_name = self.mode.scheduler_name();
+        let pods_create = pods_dynamic(&self.client, &self.ns);
+        self.rt.block_on(async {
+            futures::stream::iter(range)
+                .map(|i| {
+                    let api = pods_create.clone();
+                    let group = format!("g{}", i / b.gang.max(1));
+                    let name = format!("{group}-p{i}");
+                    let mut pod = pod_json(
+                        &name,
+                        scheduler_name,
+                        gang_api.map(|a| (a, group.as_str())),
+                        b.gpus_per_pod,
+                    );
+                    pod["metadata"]["labels"] =
+                        json!({ CHUNK_LABEL: (i / DELETE_CHUNK).to_string() });
+                    async move {
+                        let pod: DynamicObject = serde_json::from_value(pod)?;
+                        let at = Instant::now();
+                        api.create(&PostParams::default(), &pod)
+                            .await
+                            .with_context(|| format!("creating pod {name}"))?;
+                        anyhow::Ok((name, at))
+                    }
+                })
+                .buffer_unordered(b.create_concurrency.max(1))
+                .try_collect()
+                .await
+        })
+    }
+
+    /// Stops the scheduler, then deletes the run's `pods` pods, its gangs and queues, so
+    /// that the next run starts empty.
+    fn clean_up(self, pods: usize) -> Result<()> {
+        self.watch.abort();
+        drop(self.rss.finish());
+        drop(self.replicas);
+        if let Some((task, counts)) = &self.binder {
+            task.abort();
+            let failed = counts.failed.load(std::sync::atomic::Ordering::Relaxed);
+            if failed > 0 {
+                eprintln!("the trivial binder's API server refused {failed} binds");
+            }
+        }
+        let (rt, client, ns) = (&self.rt, &self.client, &self.ns);
+        eprintln!("cleaning up {ns}");
+        let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        // kwok removes a deleted pod at once when its grace period is 0.
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        for chunk in 0..pods.div_ceil(DELETE_CHUNK) {
+            let of_chunk = ListParams::default().labels(&format!("{CHUNK_LABEL}={chunk}"));
+            if let Err(e) = rt.block_on(pods_api.delete_collection(&force, &of_chunk)) {
+                eprintln!(
+                    "deleting the pods of {ns} in requests of {DELETE_CHUNK} failed ({e}); deleting them one by one"
                 );
-                async move {
-                    let pod: DynamicObject = serde_json::from_value(pod)?;
-                    let at = Instant::now();
-                    api.create(&PostParams::default(), &pod)
-                        .await
-                        .with_context(|| format!("creating pod {name}"))?;
-                    anyhow::Ok((name, at))
-                }
-            })
-            .buffer_unordered(b.create_concurrency.max(1))
-            .try_collect()
-            .await
-    })?;
-    let created_in = first.elapsed();
-
-    let deadline = first + b.timeout;
-    loop {
-        let n = bound_at.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if n >= b.pods || Instant::now() > deadline {
-            break;
+                rt.block_on(delete_one_by_one(
+                    &pods_api,
+                    &force,
+                    self.b.create_concurrency,
+                ))
+                .with_context(|| format!("deleting the pods of {ns}"))?;
+                break;
+            }
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let rss = rss.finish();
-    let cpu = cpu.finish();
-    watch.abort();
-    drop(replicas);
-    if let Some((task, counts)) = &binder {
-        task.abort();
-        let failed = counts.failed.load(std::sync::atomic::Ordering::Relaxed);
-        if failed > 0 {
-            eprintln!("the trivial binder's API server refused {failed} binds");
+        let gang_api = self.mode.gangs();
+        if let Some(api) = gang_api {
+            rt.block_on(
+                pod_group_api(client, ns, api)
+                    .delete_collection(&DeleteParams::default(), &ListParams::default()),
+            )?;
         }
-    }
-    let bound = bound_at.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mut latencies: Vec<Duration> = sent
-        .iter()
-        .filter_map(|(name, at)| bound.get(name).map(|b| b.saturating_duration_since(*at)))
-        .collect();
-    latencies.sort();
-    let last = bound.values().max().copied().unwrap_or(first);
-    let span = last.saturating_duration_since(first);
-    let rate = bound.len() as f64 / span.as_secs_f64().max(1e-9);
-    let label = if is_phalanx {
-        let mut label = format!("phalanx serve ×{}", b.replicas.max(1));
-        if b.shards > 1 {
-            label += &format!(", {} shards", b.shards);
+        if let Some(GangApi::Native { .. }) = gang_api {
+            let workload: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &native_gang::workload_resource());
+            rt.block_on(workload.delete(native_gang::WORKLOAD, &DeleteParams::default()))?;
         }
-        label += &format!(", {} bind workers", b.bind_workers);
-        if let Some(n) = b.max_pods_per_cycle {
-            label += &format!(", max {n} pods/cycle");
-        }
-        if !queues.is_empty() {
-            label += &format!(", {} queues", queues.len());
-        }
-        label
-    } else if is_trivial {
-        format!(
-            "trivial binder (round-robin, no checks), {} bind workers",
-            b.bind_workers
-        )
-    } else if mode == Mode::NativeGang {
-        "kube-scheduler, native gang (Workload/PodGroup scheduling.k8s.io/v1beta1)".to_string()
-    } else {
-        format!("{} (no gang)", b.scheduler)
-    };
-    let outcome = KubeOutcome {
-        label,
-        nodes: node_count,
-        pods: b.pods,
-        gangs: gang_api.map(|_| gangs),
-        kube_qps: b.kube_qps,
-        kube_burst: b.kube_burst,
-        created_in,
-        bound: bound.len(),
-        span,
-        pods_per_s: rate,
-        p50: percentile(&latencies, 0.5),
-        p99: percentile(&latencies, 0.99),
-        max: latencies.last().copied().unwrap_or_default(),
-        rss: rss.report(),
-        cpu: Some(cpu),
-    };
-
-    // Said before the clean-up, which takes minutes at 100,000 pods: a run stopped then
-    // keeps its figures (one at 5,000 nodes × 100,000 pods lost them that way).
-    eprintln!(
-        "measured: {} of {} pods bound, {:.0} pods/s, p50 {:.2} s, RSS {}; CPU: {}; cleaning up {ns}",
-        outcome.bound,
-        outcome.pods,
-        outcome.pods_per_s,
-        outcome.p50.as_secs_f64(),
-        outcome.rss.map_or_else(
-            || "not sampled".to_string(),
-            |r| format!(
-                "{:.0} MiB at the end, {:.0} MiB largest",
-                r.end_mib, r.peak_mib
-            )
-        ),
-        outcome
-            .cpu
-            .as_ref()
-            .map_or_else(|| "not measured".to_string(), cpu::CpuReport::summary)
-    );
-    // Clean up: the pods go (kwok removes deleted pods), so the next run starts empty.
-    let force = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
-    // Deleting 20,000 pods in one request can lose its connection on a loaded API
-    // server (it did at 2,000 nodes, three times in a row): then one request a pod.
-    if let Err(e) = rt.block_on(pods_api.delete_collection(&force, &ListParams::default())) {
-        eprintln!(
-            "deleting the pods of {ns} in one request failed ({e}); deleting them one by one"
-        );
-        rt.block_on(delete_one_by_one(&pods_api, &force, b.create_concurrency))
-            .with_context(|| format!("deleting the pods of {ns}"))?;
-    }
-    if let Some(api) = gang_api {
-        rt.block_on(
-            pod_group_api(&client, &ns, api)
-                .delete_collection(&DeleteParams::default(), &ListParams::default()),
-        )?;
-    }
-    if let Some(GangApi::Native { .. }) = gang_api {
-        let workload: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &native_gang::workload_resource());
-        rt.block_on(workload.delete(native_gang::WORKLOAD, &DeleteParams::default()))?;
-    }
-    if is_phalanx {
         let queue_api: Api<DynamicObject> =
             Api::all_with(client.clone(), &volcano_resource("Queue", "queues"));
-        for name in &queues {
+        for name in &self.queues {
             rt.block_on(queue_api.delete(name, &DeleteParams::default()))?;
         }
-    }
-    let start = Instant::now();
-    while !rt
-        .block_on(pods_api.list(&ListParams::default().limit(1)))?
-        .items
-        .is_empty()
-    {
-        if start.elapsed() > Duration::from_secs(300) {
-            eprintln!("warning: pods of {ns} still present after 300 s");
-            break;
+        let start = Instant::now();
+        while !rt
+            .block_on(pods_api.list(&ListParams::default().limit(1)))?
+            .items
+            .is_empty()
+        {
+            if start.elapsed() > Duration::from_secs(300) {
+                eprintln!("warning: pods of {ns} still present after 300 s");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
         }
-        std::thread::sleep(Duration::from_millis(500));
+        Ok(())
     }
-    Ok(outcome)
+}
+
+/// Records when each pod of `api` is first seen with a node.
+async fn record_binds(api: Api<Pod>, bound_at: Arc<Mutex<HashMap<String, Instant>>>) {
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+    while let Ok(Some(event)) = events.try_next().await {
+        let pod = match event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
+            _ => continue,
+        };
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| !n.is_empty());
+        if bound && let Some(name) = pod.metadata.name {
+            let now = Instant::now();
+            let mut map = bound_at.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(name).or_insert(now);
+        }
+    }
+}
+
+/// The row's name: the scheduler and how it was run.
+fn run_label(b: &KubeBench, mode: &Mode, queues: usize) -> String {
+    match mode {
+        Mode::Phalanx => {
+            let mut label = format!("phalanx serve ×{}", b.replicas.max(1));
+            if b.shards > 1 {
+                label += &format!(", {} shards", b.shards);
+            }
+            label += &format!(", {} bind workers", b.bind_workers);
+            if let Some(n) = b.max_pods_per_cycle {
+                label += &format!(", max {n} pods/cycle");
+            }
+            if queues > 0 {
+                label += &format!(", {queues} queues");
+            }
+            label
+        }
+        Mode::Trivial => format!(
+            "trivial binder (round-robin, no checks), {} bind workers",
+            b.bind_workers
+        ),
+        Mode::NativeGang => {
+            "kube-scheduler, native gang (Workload/PodGroup scheduling.k8s.io/v1beta1)".to_string()
+        }
+        Mode::Running(_) => format!("{} (no gang)", b.scheduler),
+    }
 }
 
 /// Deletes every pod of `api`'s namespace, `in_flight` requests at once, listing in pages
@@ -918,6 +1066,18 @@ async fn delete_one_by_one(api: &Api<Pod>, params: &DeleteParams, in_flight: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waves_grow_by_whole_gangs_and_a_bad_list_names_the_count() {
+        assert!(check_waves(&[20_000, 100_000], 10).is_ok());
+        // The last wave may end in a smaller gang; the others may not.
+        assert!(check_waves(&[200, 505], 10).is_ok());
+        let e = check_waves(&[205, 500], 10).unwrap_err().to_string();
+        assert!(e.contains("205 is not a whole number of gangs of 10"), "{e}");
+        let e = check_waves(&[500, 500], 10).unwrap_err().to_string();
+        assert!(e.contains("500 does not exceed the count before it (500)"), "{e}");
+        assert!(check_waves(&[], 10).is_err());
+    }
 
     #[test]
     fn queue_names_are_spread_evenly_over_the_shards() {

@@ -6,8 +6,8 @@
 //! (a kube-scheduler left up between runs) has a high-water mark from those, and the
 //! question is what this cluster size costs.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -83,6 +83,15 @@ impl RssSampler {
         self.samples += 1;
     }
 
+    /// Forgets the largest figures and the count of samples: the next report's start from
+    /// each process's last figure.
+    fn restart(&mut self) {
+        for (_, max, last) in &mut self.seen {
+            *max = *last;
+        }
+        self.samples = 0;
+    }
+
     /// `None` when there is no process to watch or no sample was read.
     pub fn report(&self) -> Option<RssReport> {
         let mib = |kib: u64| kib as f64 / 1024.0;
@@ -101,27 +110,45 @@ impl RssSampler {
 #[derive(Debug)]
 pub struct Background {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<RssSampler>,
+    sampler: Arc<Mutex<RssSampler>>,
+    thread: JoinHandle<()>,
 }
 
 impl Background {
-    pub fn start(mut sampler: RssSampler) -> Self {
+    pub fn start(sampler: RssSampler) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
+        let sampler = Arc::new(Mutex::new(sampler));
+        let (stopped, sampling) = (stop.clone(), sampler.clone());
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
-                sampler.sample();
+                sampling.lock().unwrap_or_else(|e| e.into_inner()).sample();
                 std::thread::sleep(SAMPLE_EVERY);
             }
-            sampler
         });
-        Self { stop, thread }
+        Self {
+            stop,
+            sampler,
+            thread,
+        }
+    }
+
+    /// The report since the start or the last call, after one more sample; the next
+    /// report's largest figures start from the last ones (a wave of `kube`'s
+    /// `measure_waves` reports its own peak).
+    pub fn take_report(&self) -> Option<RssReport> {
+        let mut sampler = self.sampler.lock().unwrap_or_else(|e| e.into_inner());
+        sampler.sample();
+        let report = sampler.report();
+        sampler.restart();
+        report
     }
 
     /// Stops sampling after one last sample.
     pub fn finish(self) -> RssSampler {
         self.stop.store(true, Ordering::Relaxed);
-        let mut sampler = self.thread.join().unwrap_or_default();
+        let _ = self.thread.join();
+        let mut sampler =
+            std::mem::take(&mut *self.sampler.lock().unwrap_or_else(|e| e.into_inner()));
         sampler.sample();
         sampler
     }
@@ -161,6 +188,11 @@ mod tests {
         // A process that exited keeps what it showed last.
         s.record(|pid| (pid == 1).then_some(1024));
         assert_eq!(s.report().unwrap().end_mib, 2.0);
+        // After a restart the largest figure is the next samples' (or the last one).
+        s.restart();
+        s.record(|pid| Some(if pid == 1 { 3072 } else { 1024 }));
+        let r = s.report().unwrap();
+        assert_eq!((r.end_mib, r.peak_mib, r.samples), (3.0, 3.0, 1));
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The memory part (issue 16 item 5): the resident memory of one phalanx replica beside
 //! kube-scheduler's, in the same harness, at several cluster sizes. For each node count
 //! the suite brings up a testbed of its own (`--native-gang` like the kube part's, nodes
-//! of `MemorySizes::node_pods` pods so that the largest pod count fits), and for each pod
-//! count runs `kube::measure` twice on it: phalanx ×1 (the replica it starts is sampled)
-//! and kube-scheduler (started here at the same client budget, sampled by pid). RSS is
-//! `VmRSS` sampled every 100 ms (`rss.rs`): the figure when every pod was bound, and the
-//! largest in the run.
+//! of `MemorySizes::node_pods` pods so that the largest pod count fits), and runs
+//! `kube::measure_waves` twice on it: phalanx ×1 (the replica it starts is sampled) and
+//! kube-scheduler (started here at the same client budget, sampled by pid). Each run
+//! grows the cluster through the pod counts in waves (20,000 pods, then 80,000 more), and
+//! a pod count's RSS is read when every pod of its wave is bound: `VmRSS` sampled every
+//! 100 ms (`rss.rs`), the figure then and the largest during the wave.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -85,8 +86,9 @@ pub fn memory(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     Section { body, problems }
 }
 
-/// One testbed of `nodes`: both schedulers at every pod count, then down (also on error,
-/// by `Up`'s drop). Points measured before an error are kept.
+/// One testbed of `nodes`: each scheduler in one run that grows the cluster through the
+/// pod counts, then down (also on error, by `Up`'s drop). Points measured before an error
+/// are kept.
 fn measure_nodes(
     plan: &Plan,
     nodes: usize,
@@ -105,36 +107,55 @@ fn measure_nodes(
     let logs = tempfile::Builder::new()
         .prefix("phalanx-suite-memory-")
         .tempdir()?;
-    for &pods in &m.pods {
-        let k = KubeSizes::at(nodes, pods, m.timeout);
-        let run = |who: &str, b| {
-            progress.start(&format!("memory: {who}, {nodes} nodes × {pods} pods"));
-            let o = crate::kube::measure(&b).map_err(|e| format!("{e:#}"));
-            progress.done(&match &o {
-                Ok(o) => format!(
-                    "memory: {who}, {nodes} nodes × {pods} pods: {}",
+    let most = m.pods.iter().copied().max().unwrap_or(0);
+    let k = KubeSizes::at(nodes, most, m.timeout);
+    let run = |who: &str, b| {
+        let sizes = m
+            .pods
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(" then ");
+        progress.start(&format!("memory: {who}, {nodes} nodes × {sizes} pods"));
+        let waves = crate::kube::measure_waves(&b, &m.pods).map_err(|e| format!("{e:#}"));
+        let said = match &waves {
+            Ok(waves) => waves
+                .iter()
+                .map(|o| {
                     o.rss.map_or_else(
-                        || "no RSS sample".to_string(),
-                        |r| format!("{:.0} MiB at the end", r.end_mib)
+                        || format!("{} pods: no RSS sample", o.pods),
+                        |r| format!("{} pods: {:.0} MiB", o.pods, r.end_mib),
                     )
-                ),
-                Err(e) => format!("memory: {who}, {nodes} nodes × {pods} pods: failed: {e}"),
-            });
-            o
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("failed: {e}"),
         };
-        let phalanx = run("phalanx ×1", bench(plan, &k, &kubeconfig, "phalanx", 1));
-        let kube_scheduler =
-            match start_kube_scheduler(&k, &kubeconfig, logs.path(), "kube-scheduler", None) {
-                Ok(ks) => {
-                    let mut b = bench(plan, &k, &kubeconfig, "default-scheduler", 1);
-                    b.rss_pid = Some(ks.id());
-                    run("kube-scheduler", b)
-                }
-                Err(e) => {
-                    progress.done(&format!("memory: kube-scheduler: {e:#}"));
-                    Err(format!("{e:#}"))
-                }
-            };
+        progress.done(&format!("memory: {who}, {nodes} nodes: {said}"));
+        // One result per pod count: a failed run fails each of them.
+        m.pods
+            .iter()
+            .enumerate()
+            .map(|(i, _)| match &waves {
+                Ok(w) => w.get(i).cloned().ok_or_else(|| "not measured".to_string()),
+                Err(e) => Err(e.clone()),
+            })
+            .collect::<Vec<_>>()
+    };
+    let phalanx = run("phalanx ×1", bench(plan, &k, &kubeconfig, "phalanx", 1));
+    let kube_scheduler =
+        match start_kube_scheduler(&k, &kubeconfig, logs.path(), "kube-scheduler", None) {
+            Ok(ks) => {
+                let mut b = bench(plan, &k, &kubeconfig, "default-scheduler", 1);
+                b.rss_pid = Some(ks.id());
+                run("kube-scheduler", b)
+            }
+            Err(e) => {
+                progress.done(&format!("memory: kube-scheduler: {e:#}"));
+                vec![Err(format!("{e:#}")); m.pods.len()]
+            }
+        };
+    for ((&pods, phalanx), kube_scheduler) in m.pods.iter().zip(phalanx).zip(kube_scheduler) {
         points.push(MemoryPoint {
             nodes,
             pods,
@@ -158,7 +179,7 @@ pub fn render(plan: &Plan, points: &[MemoryPoint]) -> String {
     let m = &plan.memory;
     let k = KubeSizes::at(0, 0, m.timeout);
     let mut md = format!(
-        "A testbed per node count (kwok nodes of 8 GPUs, {} cpu, {} pods each); on it, for each pod count, phalanx ×1 (`--shards {} --queues {}`, {} bind workers) and then kube-scheduler v1.37.2 (no gang), both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx, every pod deleted between runs. RSS is `VmRSS` sampled every 100 ms: when every pod was bound / the largest in the run.\n\n",
+        "A testbed per node count (kwok nodes of 8 GPUs, {} cpu, {} pods each); on it phalanx ×1 (`--shards {} --queues {}`, {} bind workers) and then kube-scheduler v1.37.2 (no gang), both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx. Each scheduler's run grows the cluster through the pod counts in waves, each created once the one before is bound, and every pod is deleted between the two runs. RSS is `VmRSS` sampled every 100 ms: when every pod of the wave was bound / the largest during the wave.\n\n",
         m.node_cpu,
         m.node_pods,
         k.shards,
