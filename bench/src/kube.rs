@@ -1073,9 +1073,15 @@ mod tests {
         // The last wave may end in a smaller gang; the others may not.
         assert!(check_waves(&[200, 505], 10).is_ok());
         let e = check_waves(&[205, 500], 10).unwrap_err().to_string();
-        assert!(e.contains("205 is not a whole number of gangs of 10"), "{e}");
+        assert!(
+            e.contains("205 is not a whole number of gangs of 10"),
+            "{e}"
+        );
         let e = check_waves(&[500, 500], 10).unwrap_err().to_string();
-        assert!(e.contains("500 does not exceed the count before it (500)"), "{e}");
+        assert!(
+            e.contains("500 does not exceed the count before it (500)"),
+            "{e}"
+        );
         assert!(check_waves(&[], 10).is_err());
     }
 
