@@ -1,9 +1,10 @@
 //! The memory part (issue 16 item 5): the resident memory of one phalanx replica beside
 //! kube-scheduler's, in the same harness, at several cluster sizes. For each node count
-//! the suite brings up a testbed of its own (`--native-gang` like the kube part's, nodes
-//! of `MemorySizes::node_pods` pods so that the largest pod count fits), and runs
-//! `kube::measure_waves` twice on it: phalanx ×1 (the replica it starts is sampled) and
-//! kube-scheduler (started here at the same client budget, sampled by pid). Each run
+//! and scheduler the suite brings up a testbed of its own (`--native-gang` like the kube
+//! part's, nodes of `MemorySizes::node_pods` pods so that the largest pod count fits), and
+//! runs `kube::measure_waves` on it: phalanx ×1 (the replica it starts is sampled), then on
+//! the next testbed kube-scheduler (started here at the same client budget, sampled by
+//! pid). Each run
 //! grows the cluster through the pod counts in waves (20,000 pods, then 80,000 more), and
 //! a pod count's RSS is read when every pod of its wave is bound: `VmRSS` sampled every
 //! 100 ms (`rss.rs`), the figure then and the largest during the wave.
@@ -18,7 +19,7 @@ use super::goals::{Cmp, Goal};
 use super::plan::{self, KubeSizes, Plan, Stamp};
 use super::progress::Progress;
 use super::testbed::{Up, bench, kubeconfig, precheck, start_kube_scheduler};
-use crate::kube::KubeOutcome;
+use crate::kube::{AfterRun, KubeOutcome};
 
 /// One cluster size: both schedulers' runs on it.
 #[derive(Debug)]
@@ -86,9 +87,10 @@ pub fn memory(plan: &Plan, stamp: &Stamp, progress: &Progress) -> Section {
     Section { body, problems }
 }
 
-/// One testbed of `nodes`: each scheduler in one run that grows the cluster through the
-/// pod counts, then down (also on error, by `Up`'s drop). Points measured before an error
-/// are kept.
+/// A testbed of `nodes` for each scheduler, on which one run grows the cluster through
+/// the pod counts; each testbed goes down after its run (also on error, by `Up`'s drop),
+/// which empties the cluster in seconds where deleting 100,000 pods took 15 minutes.
+/// Points measured before an error are kept.
 fn measure_nodes(
     plan: &Plan,
     nodes: usize,
@@ -96,65 +98,32 @@ fn measure_nodes(
     points: &mut Vec<MemoryPoint>,
 ) -> Result<()> {
     let m = &plan.memory;
-    progress.start(&format!("memory: testbed up --nodes {nodes}"));
-    let started = Instant::now();
-    let mut up = Up::start(nodes, &m.testbed_env())?;
-    progress.done(&format!(
-        "memory: testbed up with {nodes} nodes in {}",
-        plan::duration(started.elapsed())
-    ));
-    let kubeconfig = kubeconfig()?;
     let logs = tempfile::Builder::new()
         .prefix("phalanx-suite-memory-")
         .tempdir()?;
-    let most = m.pods.iter().copied().max().unwrap_or(0);
-    let k = KubeSizes::at(nodes, most, m.timeout);
-    let run = |who: &str, b| {
-        let sizes = m
-            .pods
-            .iter()
-            .map(usize::to_string)
-            .collect::<Vec<_>>()
-            .join(" then ");
-        progress.start(&format!("memory: {who}, {nodes} nodes × {sizes} pods"));
-        let waves = crate::kube::measure_waves(&b, &m.pods).map_err(|e| format!("{e:#}"));
-        let said = match &waves {
-            Ok(waves) => waves
-                .iter()
-                .map(|o| {
-                    o.rss.map_or_else(
-                        || format!("{} pods: no RSS sample", o.pods),
-                        |r| format!("{} pods: {:.0} MiB", o.pods, r.end_mib),
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-            Err(e) => format!("failed: {e}"),
-        };
-        progress.done(&format!("memory: {who}, {nodes} nodes: {said}"));
-        // One result per pod count: a failed run fails each of them.
-        m.pods
-            .iter()
-            .enumerate()
-            .map(|(i, _)| match &waves {
-                Ok(w) => w.get(i).cloned().ok_or_else(|| "not measured".to_string()),
-                Err(e) => Err(e.clone()),
-            })
-            .collect::<Vec<_>>()
-    };
-    let phalanx = run("phalanx ×1", bench(plan, &k, &kubeconfig, "phalanx", 1));
+    let phalanx = on_fresh_testbed(plan, nodes, "phalanx ×1", progress, |k, kubeconfig| {
+        run_waves(
+            plan,
+            progress,
+            "phalanx ×1",
+            nodes,
+            bench(plan, k, kubeconfig, "phalanx", 1),
+        )
+    })?;
     let kube_scheduler =
-        match start_kube_scheduler(&k, &kubeconfig, logs.path(), "kube-scheduler", None) {
-            Ok(ks) => {
-                let mut b = bench(plan, &k, &kubeconfig, "default-scheduler", 1);
-                b.rss_pid = Some(ks.id());
-                run("kube-scheduler", b)
+        on_fresh_testbed(plan, nodes, "kube-scheduler", progress, |k, kubeconfig| {
+            match start_kube_scheduler(k, kubeconfig, logs.path(), "kube-scheduler", None) {
+                Ok(ks) => {
+                    let mut b = bench(plan, k, kubeconfig, "default-scheduler", 1);
+                    b.rss_pid = Some(ks.id());
+                    run_waves(plan, progress, "kube-scheduler", nodes, b)
+                }
+                Err(e) => {
+                    progress.done(&format!("memory: kube-scheduler: {e:#}"));
+                    vec![Err(format!("{e:#}")); m.pods.len()]
+                }
             }
-            Err(e) => {
-                progress.done(&format!("memory: kube-scheduler: {e:#}"));
-                vec![Err(format!("{e:#}")); m.pods.len()]
-            }
-        };
+        })?;
     for ((&pods, phalanx), kube_scheduler) in m.pods.iter().zip(phalanx).zip(kube_scheduler) {
         points.push(MemoryPoint {
             nodes,
@@ -163,7 +132,71 @@ fn measure_nodes(
             kube_scheduler,
         });
     }
-    up.down()
+    Ok(())
+}
+
+/// `run` on a testbed of `nodes` brought up for it and down after it.
+fn on_fresh_testbed<T>(
+    plan: &Plan,
+    nodes: usize,
+    who: &str,
+    progress: &Progress,
+    run: impl FnOnce(&KubeSizes, &std::path::Path) -> T,
+) -> Result<T> {
+    let m = &plan.memory;
+    progress.start(&format!("memory: testbed up --nodes {nodes} for {who}"));
+    let started = Instant::now();
+    let mut up = Up::start(nodes, &m.testbed_env())?;
+    progress.done(&format!(
+        "memory: testbed up with {nodes} nodes in {}",
+        plan::duration(started.elapsed())
+    ));
+    let most = m.pods.iter().copied().max().unwrap_or(0);
+    let k = KubeSizes::at(nodes, most, m.timeout);
+    let out = run(&k, &kubeconfig()?);
+    up.down()?;
+    Ok(out)
+}
+
+/// One scheduler's run through every pod count: one result per pod count (a failed run
+/// fails each of them).
+fn run_waves(
+    plan: &Plan,
+    progress: &Progress,
+    who: &str,
+    nodes: usize,
+    b: crate::kube::KubeBench,
+) -> Vec<Result<KubeOutcome, String>> {
+    let m = &plan.memory;
+    let sizes = m
+        .pods
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(" then ");
+    progress.start(&format!("memory: {who}, {nodes} nodes × {sizes} pods"));
+    let waves =
+        crate::kube::measure_waves(&b, &m.pods, AfterRun::Leave).map_err(|e| format!("{e:#}"));
+    let said = match &waves {
+        Ok(waves) => waves
+            .iter()
+            .map(|o| {
+                o.rss.map_or_else(
+                    || format!("{} pods: no RSS sample", o.pods),
+                    |r| format!("{} pods: {:.0} MiB", o.pods, r.end_mib),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("failed: {e}"),
+    };
+    progress.done(&format!("memory: {who}, {nodes} nodes: {said}"));
+    (0..m.pods.len())
+        .map(|i| match &waves {
+            Ok(w) => w.get(i).cloned().ok_or_else(|| "not measured".to_string()),
+            Err(e) => Err(e.clone()),
+        })
+        .collect()
 }
 
 fn cell(o: &Result<KubeOutcome, String>) -> String {
@@ -179,7 +212,7 @@ pub fn render(plan: &Plan, points: &[MemoryPoint]) -> String {
     let m = &plan.memory;
     let k = KubeSizes::at(0, 0, m.timeout);
     let mut md = format!(
-        "A testbed per node count (kwok nodes of 8 GPUs, {} cpu, {} pods each); on it phalanx ×1 (`--shards {} --queues {}`, {} bind workers) and then kube-scheduler v1.37.2 (no gang), both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx. Each scheduler's run grows the cluster through the pod counts in waves, each created once the one before is bound, and every pod is deleted between the two runs. RSS is `VmRSS` sampled every 100 ms: when every pod of the wave was bound / the largest during the wave.\n\n",
+        "A testbed per node count (kwok nodes of 8 GPUs, {} cpu, {} pods each); on it phalanx ×1 (`--shards {} --queues {}`, {} bind workers) and then kube-scheduler v1.37.2 (no gang), both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx. Each scheduler's run, on a testbed of its own, grows the cluster through the pod counts in waves, each created once the one before is bound. RSS is `VmRSS` sampled every 100 ms: when every pod of the wave was bound / the largest during the wave.\n\n",
         m.node_cpu,
         m.node_pods,
         k.shards,

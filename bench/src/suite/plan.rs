@@ -50,9 +50,9 @@ impl KubeSizes {
     }
 }
 
-/// Sizes of the memory part: a testbed per node count, and on it a phalanx ×1 run and a
-/// kube-scheduler run, each growing the cluster through the pod counts (increasing, each
-/// a whole number of gangs but the last) in waves.
+/// Sizes of the memory part: per node count a phalanx ×1 run and a kube-scheduler run,
+/// each on a testbed of its own, growing the cluster through the pod counts (increasing,
+/// each a whole number of gangs but the last) in waves.
 #[derive(Debug, Clone)]
 pub struct MemorySizes {
     pub nodes: Vec<usize>,
@@ -290,9 +290,9 @@ impl Plan {
                 // gang row's all-or-nothing check (kube-scheduler, when it is built, costs
                 // one start of 0.7 s on the 2-core host, so --quick keeps its rows too).
                 Part::Kube => 8,
-                // Per node count its testbed's start, then each scheduler's run through
-                // every pod count.
-                Part::Memory => self.memory.nodes.len() * 3,
+                // Per node count and scheduler a testbed's start and a run through every
+                // pod count.
+                Part::Memory => self.memory.nodes.len() * 4,
             })
             .sum::<usize>() as u64
     }
