@@ -429,8 +429,8 @@ mod tests {
         );
         let mut a = test_args(true, Some("x.md"));
         a.only = Some("memory".into());
-        // One testbed, a phalanx and a kube-scheduler run.
-        assert_eq!(Plan::from_args(&a).unwrap().steps(), 3);
+        // A testbed and a run for phalanx, and another for kube-scheduler.
+        assert_eq!(Plan::from_args(&a).unwrap().steps(), 4);
     }
 
     #[test]
