@@ -212,7 +212,7 @@ pub fn render(plan: &Plan, points: &[MemoryPoint]) -> String {
     let m = &plan.memory;
     let k = KubeSizes::at(0, 0, m.timeout);
     let mut md = format!(
-        "A testbed per node count (kwok nodes of 8 GPUs, {} cpu, {} pods each); on it phalanx ×1 (`--shards {} --queues {}`, {} bind workers) and then kube-scheduler v1.37.2 (no gang), both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx. Each scheduler's run, on a testbed of its own, grows the cluster through the pod counts in waves, each created once the one before is bound. RSS is `VmRSS` sampled every 100 ms: when every pod of the wave was bound / the largest during the wave.\n\n",
+        "A testbed per node count and scheduler (kwok nodes of 8 GPUs, {} cpu, {} pods each): phalanx ×1 (`--shards {} --queues {}`, {} bind workers) on one, then kube-scheduler v1.37.2 (no gang) on the next, both at {}/{} QPS/burst, pods of 1 cpu / 1 Gi in gangs of {} for phalanx. Each scheduler's run grows the cluster through the pod counts in waves, each created once the one before is bound. RSS is `VmRSS` sampled every 100 ms: when every pod of the wave was bound / the largest during the wave.\n\n",
         m.node_cpu,
         m.node_pods,
         k.shards,
