@@ -110,6 +110,8 @@ fn measure_nodes(
             bench(plan, k, kubeconfig, "phalanx", 1),
         )
     })?;
+    // A testbed that does not come up for kube-scheduler fails its points only: phalanx's
+    // are kept beside the error.
     let kube_scheduler =
         on_fresh_testbed(plan, nodes, "kube-scheduler", progress, |k, kubeconfig| {
             match start_kube_scheduler(k, kubeconfig, logs.path(), "kube-scheduler", None) {
@@ -123,7 +125,8 @@ fn measure_nodes(
                     vec![Err(format!("{e:#}")); m.pods.len()]
                 }
             }
-        })?;
+        })
+        .unwrap_or_else(|e| vec![Err(format!("testbed: {e:#}")); m.pods.len()]);
     for ((&pods, phalanx), kube_scheduler) in m.pods.iter().zip(phalanx).zip(kube_scheduler) {
         points.push(MemoryPoint {
             nodes,
