@@ -458,9 +458,33 @@ pub fn format_amount(name: &str, v: i64) -> String {
                     return format!("{}{suffix}", v >> shift);
                 }
             }
-            v.to_string()
+            approximate_bytes(v)
         }
         QuantityUnit::WholeCount => v.to_string(),
+    }
+}
+
+/// An amount of bytes that no binary suffix divides, as it is (the exact figure a user can
+/// copy into a manifest) and, from 1Ki up, its size in the largest suffix it reaches. A queue's
+/// deserved memory is a weighted fraction of the cluster's, so it is rarely a whole `Gi`, and
+/// "19634136210285" beside "22112Gi" in one message could not be compared at a glance.
+fn approximate_bytes(v: i64) -> String {
+    let reached = [
+        (60, "Ei"),
+        (50, "Pi"),
+        (40, "Ti"),
+        (30, "Gi"),
+        (20, "Mi"),
+        (10, "Ki"),
+    ]
+    .into_iter()
+    .find(|(shift, _)| v.unsigned_abs() >= 1u64 << shift);
+    match reached {
+        Some((shift, suffix)) => {
+            let scaled = v as f64 / (1u64 << shift) as f64;
+            format!("{v} (about {scaled:.1}{suffix})")
+        }
+        None => v.to_string(),
     }
 }
 
@@ -558,6 +582,24 @@ mod tests {
     fn display_uses_kubernetes_spellings() {
         let a = r(&[("cpu", 2500), (MEMORY, 4 << 30), (GPU, 2)]);
         assert_eq!(a.to_string(), "cpu 2500m, memory 4Gi, nvidia.com/gpu 2");
+    }
+
+    /// A bug found in a `proportion` message: a deserved share of 19634136210285 bytes was
+    /// printed raw beside "22112Gi". The exact figure stays; its size in `Ti` comes with it.
+    #[test]
+    fn memory_that_no_suffix_divides_keeps_its_exact_bytes_and_gives_its_size() {
+        assert_eq!(
+            format_amount(MEMORY, 19_634_136_210_285),
+            "19634136210285 (about 17.9Ti)"
+        );
+        assert_eq!(
+            format_amount(MEMORY, (3 << 30) + 1),
+            "3221225473 (about 3.0Gi)"
+        );
+        assert_eq!(format_amount(MEMORY, -1536), "-1536 (about -1.5Ki)");
+        assert_eq!(format_amount(MEMORY, 1000), "1000");
+        assert_eq!(format_amount(MEMORY, 0), "0");
+        assert_eq!(format_amount(MEMORY, 1536 << 20), "1536Mi");
     }
 
     #[test]
