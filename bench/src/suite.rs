@@ -64,6 +64,14 @@ pub struct SuiteArgs {
     /// out (default 3600, 300 with --quick).
     #[arg(long)]
     pub point_timeout: Option<u64>,
+    /// The memory part's node counts, comma separated (default 500,2000,5000; 50 with
+    /// --quick): to measure one size again without the hour the whole part takes.
+    #[arg(long, value_delimiter = ',')]
+    pub memory_nodes: Option<Vec<usize>>,
+    /// The memory part's pod counts, comma separated and growing: the waves of each run
+    /// (default 20000,100000; 200,500 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    pub memory_pods: Option<Vec<usize>>,
 }
 
 /// A part of the suite.

@@ -74,6 +74,28 @@ impl MemorySizes {
         ]
     }
 
+    /// `--memory-nodes` and `--memory-pods` as given: counts above zero, and pod counts
+    /// that grow, since each is a wave added to the one before.
+    fn check(&self) -> Result<(), String> {
+        for (flag, list) in [
+            ("--memory-nodes", &self.nodes),
+            ("--memory-pods", &self.pods),
+        ] {
+            if list.is_empty() || list.contains(&0) {
+                return Err(format!(
+                    "{flag} {list:?}: give one count or more, each above 0"
+                ));
+            }
+        }
+        if let Some(w) = self.pods.windows(2).find(|w| w[1] <= w[0]) {
+            return Err(format!(
+                "--memory-pods {:?}: {} does not exceed the count before it ({}); each count is a wave grown from the one before",
+                self.pods, w[1], w[0]
+            ));
+        }
+        Ok(())
+    }
+
     /// A point whose pods cannot all fit the testbed (pods of 1 cpu), named; `None` when
     /// every point fits.
     pub fn misfit(&self) -> Option<String> {
@@ -160,12 +182,19 @@ impl Plan {
             .clone()
             .unwrap_or_else(|| default_plots_dir(&out));
         let base = if a.quick { Self::quick() } else { Self::full() };
+        let memory = MemorySizes {
+            nodes: a.memory_nodes.clone().unwrap_or(base.memory.nodes.clone()),
+            pods: a.memory_pods.clone().unwrap_or(base.memory.pods.clone()),
+            ..base.memory.clone()
+        };
+        memory.check()?;
         Ok(Plan {
             parts,
             out,
             plots_dir,
             phalanx,
             point_timeout,
+            memory,
             ..base
         })
     }
@@ -367,6 +396,8 @@ pub(crate) fn test_args(quick: bool, out: Option<&str>) -> SuiteArgs {
         phalanx: None,
         only: None,
         point_timeout: None,
+        memory_nodes: None,
+        memory_pods: None,
     }
 }
 
@@ -431,6 +462,34 @@ mod tests {
         a.only = Some("memory".into());
         // A testbed and a run for phalanx, and another for kube-scheduler.
         assert_eq!(Plan::from_args(&a).unwrap().steps(), 4);
+    }
+
+    #[test]
+    fn one_memory_size_can_be_measured_again_and_a_bad_list_names_the_flag() {
+        let mut a = test_args(false, Some("/tmp/x.md"));
+        a.only = Some("memory".into());
+        a.memory_nodes = Some(vec![500]);
+        a.memory_pods = Some(vec![20_000]);
+        let p = Plan::from_args(&a).unwrap();
+        assert_eq!(
+            (p.memory.nodes.as_slice(), p.memory.pods.as_slice()),
+            (&[500][..], &[20_000][..])
+        );
+        assert_eq!(
+            p.memory.node_pods, 256,
+            "the testbed's other settings are the part's"
+        );
+        assert_eq!(p.steps(), 4);
+        a.memory_pods = Some(vec![100_000, 20_000]);
+        let e = Plan::from_args(&a).unwrap_err();
+        assert!(
+            e.contains("--memory-pods [100000, 20000]") && e.contains("20000 does not exceed"),
+            "{e}"
+        );
+        a.memory_pods = None;
+        a.memory_nodes = Some(vec![0]);
+        let e = Plan::from_args(&a).unwrap_err();
+        assert!(e.contains("--memory-nodes [0]"), "{e}");
     }
 
     #[test]
