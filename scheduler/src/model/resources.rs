@@ -440,20 +440,23 @@ impl fmt::Display for Resources {
     }
 }
 
+/// Kubernetes' binary quantity suffixes with their powers of two, largest first.
+const BINARY_SUFFIXES: [(u32, &str); 6] = [
+    (60, "Ei"),
+    (50, "Pi"),
+    (40, "Ti"),
+    (30, "Gi"),
+    (20, "Mi"),
+    (10, "Ki"),
+];
+
 /// Formats an amount in the resource's usual spelling (`2500m`, `4Gi`, `3`).
 pub fn format_amount(name: &str, v: i64) -> String {
     match unit_of(name) {
         QuantityUnit::Milli if v % 1000 == 0 => format!("{}", v / 1000),
         QuantityUnit::Milli => format!("{v}m"),
         QuantityUnit::Bytes => {
-            for (shift, suffix) in [
-                (60, "Ei"),
-                (50, "Pi"),
-                (40, "Ti"),
-                (30, "Gi"),
-                (20, "Mi"),
-                (10, "Ki"),
-            ] {
+            for (shift, suffix) in BINARY_SUFFIXES {
                 if v != 0 && v % (1i64 << shift) == 0 {
                     return format!("{}{suffix}", v >> shift);
                 }
@@ -469,16 +472,9 @@ pub fn format_amount(name: &str, v: i64) -> String {
 /// deserved memory is a weighted fraction of the cluster's, so it is rarely a whole `Gi`, and
 /// "19634136210285" beside "22112Gi" in one message could not be compared at a glance.
 fn approximate_bytes(v: i64) -> String {
-    let reached = [
-        (60, "Ei"),
-        (50, "Pi"),
-        (40, "Ti"),
-        (30, "Gi"),
-        (20, "Mi"),
-        (10, "Ki"),
-    ]
-    .into_iter()
-    .find(|(shift, _)| v.unsigned_abs() >= 1u64 << shift);
+    let reached = BINARY_SUFFIXES
+        .into_iter()
+        .find(|(shift, _)| v.unsigned_abs() >= 1u64 << shift);
     match reached {
         Some((shift, suffix)) => {
             let scaled = v as f64 / (1u64 << shift) as f64;
