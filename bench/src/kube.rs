@@ -624,7 +624,7 @@ pub enum AfterRun {
 /// with 100,000 binds and one clean-up instead of 120,000 and two (the suite's memory
 /// part). `sizes` increase, and each but the last is a whole number of gangs.
 pub fn measure_waves(b: &KubeBench, sizes: &[usize], after: AfterRun) -> Result<Vec<KubeOutcome>> {
-    check_waves(sizes, b.gang)?;
+    check_waves(sizes, b.gang).map_err(|e| anyhow!("pod counts {sizes:?}: {e}"))?;
     let run = Run::start(b)?;
     let mut outcomes = Vec::with_capacity(sizes.len());
     let mut from = 0;
@@ -640,17 +640,21 @@ pub fn measure_waves(b: &KubeBench, sizes: &[usize], after: AfterRun) -> Result<
     Ok(outcomes)
 }
 
-fn check_waves(sizes: &[usize], gang: usize) -> Result<()> {
+/// Pod counts a run can grow through in waves: at least one, increasing, each but the last
+/// a whole number of gangs. The problem, for the caller to prefix with what it read.
+pub fn check_waves(sizes: &[usize], gang: usize) -> std::result::Result<(), String> {
     if sizes.is_empty() {
-        bail!("no pod count to measure");
+        return Err("no pod count to measure".into());
     }
     let mut before = 0;
     for (i, &n) in sizes.iter().enumerate() {
         if n <= before {
-            bail!("pod counts {sizes:?}: {n} does not exceed the count before it ({before})");
+            return Err(format!(
+                "{n} does not exceed the count before it ({before})"
+            ));
         }
         if i + 1 < sizes.len() && !n.is_multiple_of(gang.max(1)) {
-            bail!("pod counts {sizes:?}: {n} is not a whole number of gangs of {gang}");
+            return Err(format!("{n} is not a whole number of gangs of {gang}"));
         }
         before = n;
     }
@@ -1086,12 +1090,12 @@ mod tests {
         assert!(check_waves(&[20_000, 100_000], 10).is_ok());
         // The last wave may end in a smaller gang; the others may not.
         assert!(check_waves(&[200, 505], 10).is_ok());
-        let e = check_waves(&[205, 500], 10).unwrap_err().to_string();
+        let e = check_waves(&[205, 500], 10).unwrap_err();
         assert!(
             e.contains("205 is not a whole number of gangs of 10"),
             "{e}"
         );
-        let e = check_waves(&[500, 500], 10).unwrap_err().to_string();
+        let e = check_waves(&[500, 500], 10).unwrap_err();
         assert!(
             e.contains("500 does not exceed the count before it (500)"),
             "{e}"

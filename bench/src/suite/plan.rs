@@ -74,26 +74,18 @@ impl MemorySizes {
         ]
     }
 
-    /// `--memory-nodes` and `--memory-pods` as given: counts above zero, and pod counts
-    /// that grow, since each is a wave added to the one before.
+    /// `--memory-nodes` and `--memory-pods` as given: node counts above zero, and pod
+    /// counts that the runs can grow through in waves (`kube::check_waves`).
     fn check(&self) -> Result<(), String> {
-        for (flag, list) in [
-            ("--memory-nodes", &self.nodes),
-            ("--memory-pods", &self.pods),
-        ] {
-            if list.is_empty() || list.contains(&0) {
-                return Err(format!(
-                    "{flag} {list:?}: give one count or more, each above 0"
-                ));
-            }
-        }
-        if let Some(w) = self.pods.windows(2).find(|w| w[1] <= w[0]) {
+        if self.nodes.is_empty() || self.nodes.contains(&0) {
             return Err(format!(
-                "--memory-pods {:?}: {} does not exceed the count before it ({}); each count is a wave grown from the one before",
-                self.pods, w[1], w[0]
+                "--memory-nodes {:?}: give one count or more, each above 0",
+                self.nodes
             ));
         }
-        Ok(())
+        let gang = KubeSizes::at(0, 0, self.timeout).gang;
+        crate::kube::check_waves(&self.pods, gang)
+            .map_err(|e| format!("--memory-pods {:?}: {e}", self.pods))
     }
 
     /// A point whose pods cannot all fit the testbed (pods of 1 cpu), named; `None` when
